@@ -1,0 +1,101 @@
+"""`tunix-lite` command line: info, generate (and the course's grade / build-exercises)."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from importlib import metadata
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cmd_info(args) -> int:
+    import jax
+
+    from tunix_lite.sharding import suggest_mesh
+
+    print(f"tunix-lite {_version('tunix-lite')}  python {platform.python_version()}  ({platform.machine()})")
+    for dist in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "torch"):
+        print(f"  {dist:<17} {_version(dist)}")
+    devices = jax.devices()
+    print(f"backend: {jax.default_backend()}  devices: {len(devices)} x {devices[0].device_kind}")
+    mesh = suggest_mesh(len(devices))
+    print("suggested mesh: " + ", ".join(f"{k}={v}" for k, v in mesh.items())
+          + f"   (tunix_lite.sharding.make_mesh(**{mesh}))")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from tunix_lite.loading import load
+    from tunix_lite.sampler import Sampler
+    from tunix_lite.tokenizer import format_chat
+
+    model, tokenizer = load(args.model, verbose=True)
+    sampler = Sampler(model, tokenizer)
+    prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p for p in args.prompt]
+    start = time.perf_counter()
+    out = sampler.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, seed=args.seed)
+    seconds = time.perf_counter() - start
+    for prompt, text in zip(args.prompt, out.texts):
+        print(f"{prompt}{text}" if not args.chat else text)
+    print(f"[{int(out.lengths.sum())} tokens in {seconds:.1f} s, compile included]", file=sys.stderr)
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from tunix_lite.course.grading import main
+
+    return main(args.rest)
+
+
+def cmd_build_exercises(args) -> int:
+    from tunix_lite.course.build import main
+
+    return main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("info", help="versions, backend, devices and a suggested mesh").set_defaults(fn=cmd_info)
+
+    gen = sub.add_parser("generate", help="generate text from a model")
+    gen.add_argument("--model", default="tiny", help="tiny | gemma3-270m | a checkpoint directory | a hub id")
+    gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat turn format")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.set_defaults(fn=cmd_generate)
+
+    for name, fn, help_text in (("grade", cmd_grade, "grade an exercise notebook"),
+                                ("build-exercises", cmd_build_exercises, "build exercises/ from solutions/")):
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(fn=fn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, KeyError, FileNotFoundError, ImportError, RuntimeError) as e:
+        # Bad input gets one line that says what and where, not a traceback.
+        print(f"tunix-lite {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

