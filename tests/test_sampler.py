@@ -1,0 +1,113 @@
+"""Sampler: filters against hand-computed values, cache vs recompute, batching, stopping, compile-once."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tunix_lite.loading import ASSETS
+from tunix_lite.models import Transformer
+from tunix_lite.sampler import Sampler, left_pad, sample_token, top_k_filter, top_p_filter
+from tunix_lite.tokenizer import Tokenizer
+
+from test_model import random_model, small_config
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.from_file(ASSETS / "tiny" / "tokenizer.model")
+
+
+@pytest.fixture(scope="module")
+def sampler(tokenizer):
+    """A random model over the tiny vocabulary; window 4 so generation runs past the sliding window."""
+    model = random_model(small_config(vocab_size=tokenizer.vocab_size))
+    return Sampler(model, tokenizer, bucket=8)
+
+
+def test_top_k_and_top_p_filters():
+    logits = jnp.log(jnp.array([[0.5, 0.2, 0.15, 0.1, 0.05]]))
+    assert np.isfinite(top_k_filter(logits, 2)).tolist() == [[True, True, False, False, False]]
+    # mass before each sorted token: 0, .5, .7, .85, .95 -> p=0.7 keeps the first two, p=0.71 three
+    assert np.isfinite(top_p_filter(logits, 0.7)).sum() == 2
+    assert np.isfinite(top_p_filter(logits, 0.71)).sum() == 3
+    assert np.isfinite(top_p_filter(logits, 1e-6)).sum() == 1  # the top token always survives
+
+
+def test_sampling_follows_the_distribution():
+    probs = np.array([0.6, 0.3, 0.1])
+    logits = jnp.log(jnp.tile(probs, (4000, 1)))
+    draws = np.asarray(sample_token(jax.random.key(0), logits, 1.0, greedy=False))
+    np.testing.assert_allclose(np.bincount(draws, minlength=3) / 4000, probs, atol=0.03)
+    cold = np.asarray(sample_token(jax.random.key(0), logits, 0.05, greedy=False))
+    assert (cold == 0).mean() > 0.99  # low temperature approaches greedy
+
+
+def test_left_pad_positions():
+    tokens, positions = left_pad([[5, 6, 7], [8]], pad_id=0, multiple=4)
+    assert tokens.tolist() == [[0, 5, 6, 7], [0, 0, 0, 8]]
+    assert positions.tolist() == [[-1, 0, 1, 2], [-1, -1, -1, 0]]
+
+
+def test_cached_generation_equals_recompute(sampler):
+    prompts = [[2, 10, 11, 12, 13, 14, 15], [2, 20, 21]]
+    cached = sampler.generate(prompts, 12)
+    recomputed = sampler.generate(prompts, 12, use_cache=False)
+    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
+    np.testing.assert_allclose(cached.logprobs, recomputed.logprobs, atol=1e-4)
+
+
+def test_batch_rows_match_single_prompts(sampler):
+    prompts = [[2, 10, 11, 12, 13, 14, 15], [2, 20, 21]]
+    batch = sampler.generate(prompts, 10)
+    for row, prompt in enumerate(prompts):
+        alone = sampler.generate([prompt], 10)
+        np.testing.assert_array_equal(batch.tokens[row], alone.tokens[0])
+
+
+def test_logprobs_match_a_teacher_forced_pass(sampler):
+    prompt = [2, 30, 31, 32]
+    out = sampler.generate([prompt], 6)
+    full = jnp.asarray([prompt + out.tokens[0].tolist()])
+    logp = jax.nn.log_softmax(sampler.model(full), axis=-1)[0]
+    expected = [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(out.tokens[0])]
+    np.testing.assert_allclose(out.logprobs[0], expected, atol=1e-4)
+
+
+def test_rows_stop_independently(sampler):
+    prompts = [[2, 10, 11], [2, 40, 41, 42, 43]]
+    free = sampler.generate(prompts, 8)
+    stop = int(free.tokens[0, 2])  # make row 0's third token a stop token
+    stopping = Sampler(sampler.model, sampler.tokenizer, stop_ids=[stop], bucket=8).generate(prompts, 8)
+    assert stopping.lengths[0] == 3 and (stopping.tokens[0, 3:] == 0).all()
+    first_stop = np.flatnonzero(free.tokens[1] == stop)
+    assert stopping.lengths[1] == (first_stop[0] + 1 if first_stop.size else 8)
+
+
+def test_sampling_is_seeded(sampler):
+    a = sampler.generate([[2, 10]], 8, temperature=1.0, top_p=0.9, seed=1)
+    b = sampler.generate([[2, 10]], 8, temperature=1.0, top_p=0.9, seed=1)
+    c = sampler.generate([[2, 10]], 8, temperature=1.0, top_p=0.9, seed=2)
+    assert a.tokens.tolist() == b.tokens.tolist() != c.tokens.tolist()
+
+
+def test_compiles_once_per_shape(tokenizer):
+    model = Transformer(small_config(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
+    sampler = Sampler(model, tokenizer, bucket=8)
+    for prompt in (["a"], ["bb cc"], ["dd ee ff"]):  # different lengths, same bucket
+        sampler.generate(prompt, 4)
+    assert sampler._compiled._cache_size() == 1
+
+
+def test_text_prompts_and_errors(sampler):
+    out = sampler.generate(["Question: 1 + 1"], 3)
+    prompt = out.prompt_tokens[0]
+    assert len(out.texts) == 1 and isinstance(out.texts[0], str)
+    assert prompt[prompt != 0][0] == sampler.tokenizer.bos_id  # text prompts get a BOS
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        sampler.generate(["x"], sampler.model.config.max_seq_len)
+    with pytest.raises(ValueError, match="top_p"):
+        sampler.generate(["x"], 2, temperature=1.0, top_p=1.5)
+    with pytest.raises(ValueError, match="at least one token"):
+        sampler.generate([[]], 2)

@@ -1,0 +1,147 @@
+"""Weights: HF checkpoints of all three families and the real Gemma 3 270M against transformers.
+
+transformers + torch are a test-only reference (the [test] extra); these tests skip without them.
+"""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tunix_lite.models import Transformer, get_config
+from tunix_lite.weights.hf import config_from_hf, load_hf_model, save_hf_model
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.reference
+
+forward = nnx.jit(lambda model, tokens: model(tokens))
+
+
+def _randomize(hf_model, seed):
+    """transformers initialises norms to 0/1; perturb every tensor so each mapping is exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return hf_model
+
+
+TINY_HF = {
+    "gemma3": lambda: transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=7, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, sliding_window=6, query_pre_attn_scalar=16,
+        max_position_embeddings=256)),
+    "llama3": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
+    "qwen3": lambda: transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True)),
+}
+
+
+@pytest.mark.parametrize("family", sorted(TINY_HF))
+@pytest.mark.parametrize("sharded", [False, True])
+def test_random_hf_checkpoints_load_with_matching_logits(family, sharded, tmp_path):
+    torch.manual_seed(0)
+    hf_model = _randomize(TINY_HF[family]().eval(), seed=1)
+    # a small shard size forces model.safetensors.index.json + several files
+    hf_model.save_pretrained(tmp_path, max_shard_size="40KB" if sharded else "1GB")
+    assert (tmp_path / "model.safetensors.index.json").exists() == sharded
+    model = load_hf_model(tmp_path)
+    assert model.config.family == family
+    tokens = np.random.default_rng(0).integers(0, 128, (2, 40))  # 40 > the Gemma window of 6
+    with torch.no_grad():
+        expected = hf_model(torch.tensor(tokens)).logits.numpy()
+    got = np.asarray(forward(model, jnp.asarray(tokens)))
+    assert np.abs(got - expected).max() <= 1e-4
+
+
+@pytest.mark.parametrize("preset", ["tiny", "llama3"])
+def test_our_export_loads_in_transformers(preset, tmp_path):
+    config = get_config("tiny") if preset == "tiny" else config_from_hf(TINY_HF["llama3"]().config.to_dict())
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    save_hf_model(model, tmp_path)
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, (1, 24))
+    with torch.no_grad():
+        expected = hf_model(torch.tensor(tokens)).logits.numpy()
+    assert np.abs(np.asarray(forward(model, jnp.asarray(tokens))) - expected).max() <= 1e-4
+    assert config_from_hf(json.loads((tmp_path / "config.json").read_text())) == config
+
+
+def test_shape_mismatch_names_the_tensor(tmp_path):
+    model = Transformer(get_config("tiny").replace(num_layers=1), rngs=nnx.Rngs(0))
+    save_hf_model(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"intermediate_size": 100}))
+    with pytest.raises(ValueError, match=r"'model.layers.0.mlp.down_proj.weight' has shape \(256, 768\), "
+                                         r"the config expects \(256, 100\)"):
+        load_hf_model(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 2, "layer_types": ["sliding_attention"] * 2}))
+    with pytest.raises(KeyError, match="model.layers.1.* is missing"):
+        load_hf_model(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config | {"model_type": "mistral"}))
+    with pytest.raises(ValueError, match="model_type 'mistral' is not supported"):
+        load_hf_model(tmp_path)
+
+
+# ----------------------------------------------------------------------------- real Gemma 3 270M
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Les montagnes les plus hautes d'Europe sont",
+]
+
+
+@pytest.fixture(scope="module")
+def gemma_pair(gemma3_dir):
+    """Ours from the converted cache; transformers reading the GGUF itself (an independent conversion)."""
+    pytest.importorskip("accelerate")
+    from tunix_lite.loading import load
+    from tunix_lite.weights.gguf import gemma3_gguf_path
+
+    gguf = gemma3_gguf_path()
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32).eval()
+    model, tokenizer = load(gemma3_dir)
+    return model, tokenizer, hf_model
+
+
+@pytest.mark.gemma
+@pytest.mark.slow
+def test_gemma3_270m_logits_match_transformers(gemma_pair):
+    model, tokenizer, hf_model = gemma_pair
+    # one prompt longer than the 512-token sliding window, so local and global layers disagree
+    long_text = " ".join(f"Item {i} is a {['red', 'green', 'blue'][i % 3]} box." for i in range(90))
+    for text in PROMPTS + [long_text]:
+        ids = tokenizer.encode(text, add_bos=True)
+        with torch.no_grad():
+            expected = hf_model(torch.tensor([ids])).logits.numpy()
+        got = np.asarray(forward(model, jnp.asarray([ids])))
+        diff = np.abs(got - expected).max()
+        print(f"{len(ids):4d} tokens  max |dlogit| {diff:.2e}")
+        assert diff <= 1e-3, (text[:40], diff)
+        if text is long_text:
+            assert len(ids) > 600
+
+
+@pytest.mark.gemma
+@pytest.mark.slow
+def test_gemma3_270m_greedy_continuation_matches_transformers(gemma_pair):
+    from tunix_lite.sampler import Sampler
+
+    model, tokenizer, hf_model = gemma_pair
+    out = Sampler(model, tokenizer).generate(PROMPTS[:2], 20)
+    for text, ours in zip(PROMPTS, out.tokens):
+        ids = tokenizer.encode(text, add_bos=True)
+        with torch.no_grad():
+            theirs = hf_model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False)[0, len(ids):]
+        assert ours[:len(theirs)].tolist() == theirs.tolist()
+    assert out.texts[0].startswith(" the capital of the country of France")

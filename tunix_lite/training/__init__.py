@@ -1,0 +1,1 @@
+"""Training: pure losses and the one trainer every algorithm plugs its loss into."""
