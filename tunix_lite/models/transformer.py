@@ -214,7 +214,9 @@ class Transformer(nnx.Module):
         c = config
         self.config = c
         self.embedder = nnx.Embed(c.vocab_size, c.embed_dim, dtype=c.dtype, rngs=rngs,
-                                  embedding_init=nnx.initializers.normal(1.0 if c.scale_embeddings else 0.02),
+                                  # std 1/sqrt(D): tied logits start at unit scale, and Gemma's
+                                  # sqrt(D) input scaling brings the residual stream to unit scale
+                                  embedding_init=nnx.initializers.normal(c.embed_dim ** -0.5),
                                   embedding_metadata={"logical_axes": ("vocab", "embed")})
         self.layers = nnx.List([Block(c, i, rngs=rngs) for i in range(c.num_layers)])
         self.final_norm = RMSNorm(c.embed_dim, c)
