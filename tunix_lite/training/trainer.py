@@ -51,7 +51,7 @@ class Trainer:
             grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
             (_, metrics), grads = grad_fn(model, batch)
             optimizer.update(model, grads)
-            return metrics | {"grad_norm": optax.global_norm(grads)}
+            return metrics | {"grad_norm": optax.tree.norm(grads)}
 
         self._train_step = train_step
 
