@@ -7,6 +7,7 @@ Hugging Face hub id (needs internet and the [hub] extra).
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -67,5 +68,5 @@ def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
     directory = resolve_checkpoint(name_or_path)
     model, tokenizer = load_hf_model(directory), load_tokenizer(directory)
     if verbose:
-        print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s")
+        print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return model, tokenizer

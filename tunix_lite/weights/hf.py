@@ -220,15 +220,15 @@ def model_from_tensors(config: ModelConfig, tensors: dict[str, np.ndarray], *, w
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
-def model_to_tensors(model: Transformer) -> dict[str, np.ndarray]:
-    """The inverse of model_from_tensors: HF-named float32 numpy arrays."""
+def model_to_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarray]:
+    """The inverse of model_from_tensors: HF-named numpy arrays (float32 unless told otherwise)."""
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
     table = weight_map(model.config)
     out = {}
     for path, var in flat:
         hf_name, transform = table[path]
         # transpose is its own inverse; copy so safetensors gets contiguous memory
-        out[hf_name] = np.ascontiguousarray(transform(np.asarray(jax.device_get(var[...]), np.float32)))
+        out[hf_name] = np.ascontiguousarray(transform(np.asarray(jax.device_get(var[...]), np.float32)), dtype)
     return out
 
 
@@ -265,12 +265,13 @@ def load_hf_model(directory: str | Path) -> Transformer:
     return model_from_tensors(config, read_tensors(directory), where=str(directory))
 
 
-def save_hf_model(model: Transformer, directory: str | Path) -> Path:
-    """Write config.json + model.safetensors that both tunix_lite and transformers load."""
+def save_hf_model(model: Transformer, directory: str | Path, dtype=np.float32) -> Path:
+    """Write config.json + model.safetensors that both tunix_lite and transformers load.
+    dtype=np.float16 halves the file (loading always computes in the config's dtype)."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config_to_hf(model.config), indent=2) + "\n")
-    save_file(model_to_tensors(model), directory / "model.safetensors", metadata={"format": "pt"})
+    save_file(model_to_tensors(model, dtype), directory / "model.safetensors", metadata={"format": "pt"})
     return directory
