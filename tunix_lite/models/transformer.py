@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from tunix_lite.models.config import ModelConfig, RopeScaling
@@ -37,12 +38,19 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
 
 
 def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | None = None) -> jax.Array:
-    """[H/2] rotation speeds base**(-2i/H), optionally rescaled (Llama 3.1+ 'llama3', or 'linear')."""
-    inv_freq = 1.0 / base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    """[H/2] rotation speeds base**(-2i/H), optionally rescaled (Llama 3.1+ 'llama3', or 'linear').
+
+    Computed on the host in NumPy, as the float32 reciprocal of the float32-rounded power, which is
+    what the reference implementations compute. Under jit, XLA would rewrite 1 / base**x into
+    base**(-x), moving about a third of the entries by one ulp; at position p that shifts the
+    angle by ~p * 6e-8 * freq, and Gemma 3's outsized activations amplify such shifts into ~1e-2
+    logit differences past a few hundred tokens."""
+    exponents = np.arange(0, head_dim, 2) / head_dim
+    inv_freq = np.float32(1.0) / (base ** exponents).astype(np.float32)  # NumPy keeps float32 below
     if scaling is None:
-        return inv_freq
+        return jnp.asarray(inv_freq)
     if scaling.kind == "linear":
-        return inv_freq / scaling.factor
+        return jnp.asarray(inv_freq / scaling.factor)
     # llama3: keep high frequencies, divide low ones by `factor`, interpolate smoothly in between.
     wavelen = 2 * math.pi / inv_freq
     low_wavelen = scaling.original_max_position / scaling.low_freq_factor
@@ -50,8 +58,8 @@ def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | 
     smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
         scaling.high_freq_factor - scaling.low_freq_factor)
     interpolated = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
-    return jnp.where(wavelen > low_wavelen, inv_freq / scaling.factor,
-                     jnp.where(wavelen < high_wavelen, inv_freq, interpolated))
+    return jnp.asarray(np.where(wavelen > low_wavelen, inv_freq / scaling.factor,
+                                np.where(wavelen < high_wavelen, inv_freq, interpolated)))
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0,
