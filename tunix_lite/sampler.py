@@ -77,7 +77,7 @@ def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax
 
     if strategy.use_cache:
         cache = KVCache.init(model.config, B, P + N)
-        logits, cache = model.decode(prompt, positions, cache)
+        logits, cache = model.decode(prompt, positions, cache, last_only=True)
         step_state = cache
     else:  # recompute the whole sequence every step: the baseline the cache is measured against
         buffer = jnp.concatenate([prompt, jnp.full((B, N), pad, prompt.dtype)], axis=1)

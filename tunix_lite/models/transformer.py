@@ -257,9 +257,12 @@ class Transformer(nnx.Module):
         logits = self._logits(x)
         return (logits, hidden) if return_hidden else logits
 
-    def decode(self, tokens: jax.Array, positions: jax.Array, cache: KVCache) -> tuple[jax.Array, KVCache]:
+    def decode(self, tokens: jax.Array, positions: jax.Array, cache: KVCache, *,
+               last_only: bool = False) -> tuple[jax.Array, KVCache]:
         """Run tokens [B,T] (a prefill chunk or one decode step) against the cache; returns the
-        logits [B,T,V] and the cache with these T tokens written at slots end..end+T-1."""
+        logits [B,T,V] and the cache with these T tokens written at slots end..end+T-1.
+        last_only: logits of the last position only, [B,1,V] (a prefill needs no more, and with a
+        262k vocabulary the full [B,T,V] projection would dominate its cost)."""
         cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions.astype(jnp.int32), (0, cache.end))
         x = self._embed(tokens)
         ks, vs = [], []
@@ -268,4 +271,4 @@ class Transformer(nnx.Module):
             ks.append(k)
             vs.append(v)
         new_cache = KVCache(tuple(ks), tuple(vs), cache_positions, cache.end + tokens.shape[1])
-        return self._logits(x), new_cache
+        return self._logits(x[:, -1:] if last_only else x), new_cache

@@ -16,14 +16,14 @@ def token_log_probs(logits: jax.Array, targets: jax.Array) -> jax.Array:
 def next_token_loss(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> tuple[jax.Array, dict]:
     """Token-weighted mean cross-entropy. weights [B,T] is 0 on padding (and on prompts for SFT).
 
-    Returns the mean and, in metrics, the weighted sum and the token count, so gradient accumulation
-    can combine micro-batches exactly (sum of sums / sum of counts).
+    Reports the token count as metrics["tokens"]: the trainer weighs micro-batches by it, which makes
+    gradient accumulation exact (sum of token sums / total tokens).
     """
     nll = -token_log_probs(logits, targets)
     weights = weights.astype(jnp.float32)
-    total, count = jnp.sum(nll * weights), jnp.sum(weights)
-    loss = total / jnp.maximum(count, 1.0)
-    return loss, {"loss": loss, "nll_sum": total, "tokens": count}
+    count = jnp.sum(weights)
+    loss = jnp.sum(nll * weights) / jnp.where(count > 0, count, 1.0)  # loss * count is exactly the sum
+    return loss, {"loss": loss, "tokens": count}
 
 
 def lm_loss(model, batch: dict) -> tuple[jax.Array, dict]:

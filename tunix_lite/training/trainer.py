@@ -1,7 +1,19 @@
 """The trainer core: a model, an optax optimizer, and a pure loss `loss_fn(model, batch) -> (loss, metrics)`.
 
-The step is compiled once (batches are fixed rectangles of integer arrays); `wrt` chooses which
-variables train (nnx.Param for full fine-tuning, nnx.LoRAParam for adapters).
+The trainer never knows which algorithm it runs: SFT, DPO, GRPO and distillation differ only in `loss_fn`
+(and in the batch keys it reads). `wrt` chooses which variables train: nnx.Param for full fine-tuning,
+nnx.LoRAParam for adapters.
+
+- Compile once: batches are fixed rectangles of numeric arrays; a short last batch is zero-padded
+  (`pad_batch`), so one compiled step serves the whole run.
+- Exact gradient accumulation: each batch is split into `micro_batches` pieces inside the one jitted step
+  (a `lax.scan`, so compile time does not grow with their number). A loss that is a mean over tokens
+  reports their count as metrics["tokens"]; micro-batch i then counts with weight n_i, and the step's
+  gradient is sum_i n_i * grad(loss_i) / sum_i n_i, the gradient of the big batch's token mean. Losses
+  without "tokens" (a mean over pairs or sequences) weigh micro-batches equally, which is exact when they
+  hold the same number of examples. So report "tokens" only if your loss is a mean over those tokens.
+- Metrics come back as floats in `history` (one dict per step): each is the weighted mean over
+  micro-batches, except "tokens", which is the total.
 """
 
 from __future__ import annotations
@@ -9,6 +21,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -40,34 +53,155 @@ def check_batch(batch: dict) -> dict:
     return batch
 
 
+def pad_batch(batch: dict, rows: int) -> dict:
+    """Zero-pad every array's leading (row) dimension to `rows`. Padded rows have zero weights and masks,
+    so they add nothing to a masked loss, and the batch keeps the shape the step was compiled for."""
+    def pad(x):
+        x = np.asarray(x)
+        if x.shape[0] > rows:
+            raise ValueError(f"batch has {x.shape[0]} rows, more than the {rows} it should be padded to")
+        return np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+    return {key: pad(value) for key, value in batch.items()}
+
+
+def split_micro_batches(batch: dict, k: int) -> dict:
+    """[k*B, ...] -> [k, B, ...]. Micro-batch i takes rows i, i+k, i+2k, ... so that, on a mesh, each
+    micro-batch keeps rows on every data shard (a plain reshape would give micro-batch 0 the first shards)."""
+    return {key: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1) for key, x in batch.items()}
+
+
+def combine_micro_metrics(metrics: dict, weights: jax.Array) -> dict:
+    """Per-micro-batch metrics [k] -> the weighted mean (the big batch's value for a token mean);
+    "tokens" adds up."""
+    total = jnp.sum(weights)
+    out = {key: jnp.sum(weights * value) / jnp.where(total > 0, total, 1.0) for key, value in metrics.items()}
+    return out | ({"tokens": total} if "tokens" in metrics else {})
+
+
 class Trainer:
-    def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *, wrt=nnx.Param):
-        self.model, self.loss_fn = model, loss_fn
+    """Train `model` on `loss_fn` with optax `tx`; see the module docstring for the conventions."""
+
+    def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *,
+                 wrt=nnx.Param, micro_batches: int = 1):
+        self.model, self.loss_fn, self.micro_batches = model, loss_fn, micro_batches
         self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
         self.history: list[dict] = []
+        self._rows = None  # the batch rows the step was compiled for; shorter batches get padded
+
+        def loss_and_rest(params, rest, graphdef, batch):
+            model = nnx.merge(graphdef, params, rest)
+            loss, metrics = loss_fn(model, batch)
+            return loss, (metrics, nnx.split(model, wrt, ...)[2])  # rest: e.g. dropout RNG counters moved
 
         @nnx.jit
         def train_step(model, optimizer, batch):
-            grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
-            (_, metrics), grads = grad_fn(model, batch)
+            graphdef, params, rest = nnx.split(model, wrt, ...)
+            grad_fn = jax.value_and_grad(loss_and_rest, has_aux=True)
+
+            def accumulate(carry, micro_batch):
+                grad_sum, rest = carry
+                (_, (metrics, rest)), grads = grad_fn(params, rest, graphdef, micro_batch)
+                weight = jnp.asarray(metrics.get("tokens", 1.0), jnp.float32)
+                grad_sum = jax.tree.map(lambda s, g: s + weight * g, grad_sum, grads)
+                return (grad_sum, rest), (metrics, weight)
+
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            (grad_sum, rest), (metrics, weights) = jax.lax.scan(
+                accumulate, (zeros, rest), split_micro_batches(batch, micro_batches))
+            total = jnp.sum(weights)
+            grads = jax.tree.map(lambda g: g / jnp.where(total > 0, total, 1.0), grad_sum)
+            nnx.update(model, rest)
             optimizer.update(model, grads)
-            return metrics | {"grad_norm": optax.tree.norm(grads)}
+            return combine_micro_metrics(metrics, weights) | {"grad_norm": optax.tree.norm(grads)}
 
         self._train_step = train_step
 
     def step(self, batch: dict) -> dict:
-        metrics = self._train_step(self.model, self.optimizer, check_batch(batch))
-        metrics = {k: float(v) for k, v in metrics.items()}
-        if not np.isfinite(metrics["loss"]):
-            raise FloatingPointError(f"loss became {metrics['loss']} at step {len(self.history)}; "
-                                     "lower the learning rate or check the data")
+        """One optimizer update on `batch`; returns (and appends to history) its metrics as floats."""
+        batch = check_batch(batch)
+        rows = len(next(iter(batch.values())))
+        self._rows = self._rows or rows
+        if rows % self.micro_batches or self._rows % self.micro_batches:
+            raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
+        if rows < self._rows:  # the last, short batch: pad instead of compiling a second step
+            batch = pad_batch(batch, self._rows)
+        metrics = self._train_step(self.model, self.optimizer, batch)
+        step = len(self.history) + 1
+        metrics = {"step": step} | {k: float(v) for k, v in metrics.items()}
+        for key in ("loss", "grad_norm"):
+            if not np.isfinite(metrics[key]):
+                raise FloatingPointError(f"{key} became {metrics[key]} at step {step}; lower the learning rate "
+                                         "or check the data (the parameters now hold non-finite values)")
         self.history.append(metrics)
         return metrics
 
-    def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train") -> list[dict]:
+    def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
+            eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
+            checkpoints=None) -> list[dict]:
+        """Run `steps` steps (fewer if `batches` runs out).
+
+        eval_fn(model) -> {name: number} runs every `eval_every` steps; its results join that step's
+        history entry as "eval_<name>". `checkpoints` (a training.checkpoint.Checkpoints) saves every
+        `checkpoints.every` steps and after the last one.
+        """
         bar = tqdm(range(steps), desc=desc)
         for _, batch in zip(bar, batches):
             metrics = self.step(batch)
-            if len(self.history) % log_every == 0:
+            if eval_fn is not None and eval_every and metrics["step"] % eval_every == 0:
+                metrics.update({f"eval_{k}": float(v) for k, v in eval_fn(self.model).items()})
+            if checkpoints is not None:
+                self.save(checkpoints)
+            if metrics["step"] % log_every == 0:
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}")
+        if checkpoints is not None and self.history:
+            self.save(checkpoints, force=True)
+            checkpoints.wait()
         return self.history
+
+    def save(self, checkpoints, *, force: bool = False) -> bool:
+        """Save model, optimizer and history at the current step if it is due (or `force`)."""
+        step = len(self.history)
+        return checkpoints.save(step, self.model, self.optimizer, meta={"history": self.history}, force=force)
+
+    def restore(self, checkpoints, step: int | None = None) -> int:
+        """Load a checkpoint (the latest by default) into this trainer; returns its step. The trainer takes
+        one batch per step, so resume the data stream at batch index `step`."""
+        meta = checkpoints.restore(self.model, self.optimizer, step=step)
+        self.history = meta["history"]
+        return meta["step"]
+
+
+_eval_metrics = nnx.jit(lambda model, batch, loss_fn: loss_fn(model, batch)[1], static_argnums=2)
+
+
+def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict]) -> dict:
+    """loss_fn's metrics over `batches` without training, combined as for micro-batches (weighted by
+    "tokens" when reported). Short batches are padded; `loss_fn` is a static argument, so pass the same
+    function object each time (a new lambda or partial compiles again)."""
+    per_batch, rows = [], None
+    for batch in batches:
+        batch = check_batch(batch)
+        rows = rows or len(next(iter(batch.values())))
+        per_batch.append(_eval_metrics(model, pad_batch(batch, rows), loss_fn))
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_batch)
+    weights = stacked.get("tokens", jnp.ones(len(per_batch)))
+    return {k: float(v) for k, v in combine_micro_metrics(stacked, weights).items()}
+
+
+def plot_history(history: list[dict], keys=("loss",), *, title: str | None = None):
+    """Plot history keys against the step (eval keys only where they were measured); returns the Figure."""
+    from matplotlib.figure import Figure  # not pyplot: no global state, shown once in a notebook
+
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.add_subplot()
+    for key in [keys] if isinstance(keys, str) else keys:
+        points = [(h["step"], h[key]) for h in history if key in h]
+        if not points:
+            raise KeyError(f"no history entry has {key!r}; keys seen: {sorted({k for h in history for k in h})}")
+        ax.plot(*zip(*points), label=key, marker="o" if len(points) < 30 else None)
+    ax.set_xlabel("step")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return fig
