@@ -125,6 +125,19 @@ LONG_TEXT = " ".join([
 REPETITIVE_TEXT = " ".join(f"Item {i} is a {['red', 'green', 'blue'][i % 3]} box." for i in range(90))
 
 
+@pytest.mark.gemma
+@pytest.mark.slow
+def test_gemma3_270m_conversion_equals_transformers_gguf_loader(gemma_pair, gemma3_dir):
+    """Our dequantize-and-rename equals transformers' own GGUF loader, tensor by tensor."""
+    from tunix_lite.weights.hf import read_tensors
+
+    ours = read_tensors(gemma3_dir)
+    theirs = gemma_pair[2].state_dict()
+    assert len(ours) == 236
+    for name, value in ours.items():
+        np.testing.assert_allclose(value, theirs[name].numpy(), rtol=0, atol=1e-6, err_msg=name)
+
+
 def _max_diff(model, hf_model, ids):
     with torch.no_grad():
         expected = hf_model(torch.tensor([ids])).logits.numpy()
@@ -145,16 +158,18 @@ def test_gemma3_270m_logits_match_transformers(gemma_pair):
 
 @pytest.mark.gemma
 @pytest.mark.slow
-def test_gemma3_270m_long_repetitive_prompt_is_as_accurate_as_transformers(gemma_pair):
+def test_gemma3_270m_long_repetitive_prompt_is_as_accurate_as_transformers(gemma_pair, gemma3_dir):
     """On the adversarial prompt, judge both float32 implementations against a float64 run of the
     reference: ours must be about as close to it as transformers' own float32 forward."""
     model, tokenizer, hf_model = gemma_pair
+    # transformers marks its GGUF-loaded model as quantized and refuses .double(): load the same
+    # weights (test_gemma3_270m_conversion_equals_transformers_gguf_loader) from the converted directory in float64
+    hf64 = transformers.AutoModelForCausalLM.from_pretrained(gemma3_dir, dtype=torch.float64).eval()
     ids = tokenizer.encode(REPETITIVE_TEXT, add_bos=True)
     tokens = torch.tensor([ids])
     with torch.no_grad():
         theirs = hf_model(tokens).logits.numpy()
-        gold = hf_model.double()(tokens).logits.numpy()
-    hf_model.float()
+        gold = hf64(tokens).logits.numpy()
     ours = np.asarray(forward(model, jnp.asarray([ids])))
     ours_err, theirs_err = np.abs(ours - gold).max(), np.abs(theirs - gold).max()
     print(f"{len(ids)} tokens: ours-vs-fp64 {ours_err:.2e}  transformers-vs-fp64 {theirs_err:.2e}  "
