@@ -14,6 +14,7 @@ Every parameter carries `logical_axes` metadata (vocab / embed / heads / kv_head
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -125,6 +126,8 @@ class KVCache(NamedTuple):
 
 # ----------------------------------------------------------------------------- modules
 
+ACTIVATIONS = {"gelu_tanh": partial(jax.nn.gelu, approximate=True), "silu": jax.nn.silu}
+
 
 def _dense(din: int, dout: int, axes: tuple, config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear:
     return nnx.Linear(din, dout, use_bias=False, dtype=config.dtype, rngs=rngs,
@@ -192,10 +195,10 @@ class MLP(nnx.Module):
         self.gate_proj = _dense(c.embed_dim, c.mlp_dim, ("embed", "mlp"), c, rngs)
         self.up_proj = _dense(c.embed_dim, c.mlp_dim, ("embed", "mlp"), c, rngs)
         self.down_proj = _dense(c.mlp_dim, c.embed_dim, ("mlp", "embed"), c, rngs)
-        self.act = (lambda z: jax.nn.gelu(z, approximate=True)) if c.activation == "gelu_tanh" else jax.nn.silu
+        self.activation = c.activation  # a name, not a function: equal configs give equal graphdefs
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(x)) * self.up_proj(x))
 
 
 class Block(nnx.Module):
