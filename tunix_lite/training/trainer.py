@@ -18,7 +18,8 @@ nnx.LoRAParam for adapters.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,9 @@ import numpy as np
 import optax
 from flax import nnx
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
+    from tunix_lite.training.checkpoint import Checkpoints
 
 LossFn = Callable[[nnx.Module, dict], tuple[jax.Array, dict]]
 
@@ -43,7 +47,7 @@ def check_batch(batch: dict) -> dict:
     """Only integer/float arrays of one shape may reach jit: say which key is wrong, not a trace dump."""
     shape = None
     for key, value in batch.items():
-        array = np.asarray(value)
+        array = value if hasattr(value, "dtype") else np.asarray(value)  # no device-to-host copy
         if array.dtype.kind not in "iufb":
             raise TypeError(f"batch[{key!r}] has dtype {array.dtype}; only numeric arrays can be traced "
                             "(tokenize strings before batching)")
@@ -78,54 +82,52 @@ def combine_micro_metrics(metrics: dict, weights: jax.Array) -> dict:
     return out | ({"tokens": total} if "tokens" in metrics else {})
 
 
+@partial(nnx.jit, static_argnames=("loss_fn", "wrt", "micro_batches"))
+def train_step(model, optimizer, batch, *, loss_fn: LossFn, wrt, micro_batches: int) -> dict:
+    """One update: the weighted sum of the micro-batches' gradients, then the optimizer. Compiled once per
+    model/optimizer structure, loss and batch shape (new Trainers with the same ones reuse it)."""
+    graphdef, params, rest = nnx.split(model, wrt, ...)
+    grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
+
+    def accumulate(carry, micro_batch):
+        grad_sum, rest = carry  # rest: the state that does not train (e.g. dropout RNG counters) carried along
+        model = nnx.merge(graphdef, params, rest, copy=True)  # copy: fresh Variables inside the scan's trace
+        (_, metrics), grads = grad_fn(model, micro_batch)
+        weight = jnp.asarray(metrics.get("tokens", 1.0), jnp.float32)
+        grad_sum = jax.tree.map(lambda s, g: s + weight * g, grad_sum, grads)
+        return (grad_sum, nnx.split(model, wrt, ...)[2]), (metrics, weight)
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    (grad_sum, rest), (metrics, weights) = jax.lax.scan(accumulate, (zeros, rest),
+                                                        split_micro_batches(batch, micro_batches))
+    total = jnp.sum(weights)
+    grads = jax.tree.map(lambda g: g / jnp.where(total > 0, total, 1.0), grad_sum)
+    nnx.update(model, rest)
+    optimizer.update(model, grads)
+    return combine_micro_metrics(metrics, weights) | {"grad_norm": optax.tree.norm(grads)}
+
+
 class Trainer:
     """Train `model` on `loss_fn` with optax `tx`; see the module docstring for the conventions."""
 
     def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *,
                  wrt=nnx.Param, micro_batches: int = 1):
-        self.model, self.loss_fn, self.micro_batches = model, loss_fn, micro_batches
+        self.model, self.loss_fn, self.wrt, self.micro_batches = model, loss_fn, wrt, micro_batches
         self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
         self.history: list[dict] = []
         self._rows = None  # the batch rows the step was compiled for; shorter batches get padded
-
-        def loss_and_rest(params, rest, graphdef, batch):
-            model = nnx.merge(graphdef, params, rest)
-            loss, metrics = loss_fn(model, batch)
-            return loss, (metrics, nnx.split(model, wrt, ...)[2])  # rest: e.g. dropout RNG counters moved
-
-        @nnx.jit
-        def train_step(model, optimizer, batch):
-            graphdef, params, rest = nnx.split(model, wrt, ...)
-            grad_fn = jax.value_and_grad(loss_and_rest, has_aux=True)
-
-            def accumulate(carry, micro_batch):
-                grad_sum, rest = carry
-                (_, (metrics, rest)), grads = grad_fn(params, rest, graphdef, micro_batch)
-                weight = jnp.asarray(metrics.get("tokens", 1.0), jnp.float32)
-                grad_sum = jax.tree.map(lambda s, g: s + weight * g, grad_sum, grads)
-                return (grad_sum, rest), (metrics, weight)
-
-            zeros = jax.tree.map(jnp.zeros_like, params)
-            (grad_sum, rest), (metrics, weights) = jax.lax.scan(
-                accumulate, (zeros, rest), split_micro_batches(batch, micro_batches))
-            total = jnp.sum(weights)
-            grads = jax.tree.map(lambda g: g / jnp.where(total > 0, total, 1.0), grad_sum)
-            nnx.update(model, rest)
-            optimizer.update(model, grads)
-            return combine_micro_metrics(metrics, weights) | {"grad_norm": optax.tree.norm(grads)}
-
-        self._train_step = train_step
 
     def step(self, batch: dict) -> dict:
         """One optimizer update on `batch`; returns (and appends to history) its metrics as floats."""
         batch = check_batch(batch)
         rows = len(next(iter(batch.values())))
         self._rows = self._rows or rows
-        if rows % self.micro_batches or self._rows % self.micro_batches:
-            raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
         if rows < self._rows:  # the last, short batch: pad instead of compiling a second step
-            batch = pad_batch(batch, self._rows)
-        metrics = self._train_step(self.model, self.optimizer, batch)
+            batch, rows = pad_batch(batch, self._rows), self._rows
+        if rows % self.micro_batches:
+            raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
+        metrics = train_step(self.model, self.optimizer, batch, loss_fn=self.loss_fn, wrt=self.wrt,
+                             micro_batches=self.micro_batches)
         step = len(self.history) + 1
         metrics = {"step": step} | {k: float(v) for k, v in metrics.items()}
         for key in ("loss", "grad_norm"):
@@ -137,12 +139,12 @@ class Trainer:
 
     def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
-            checkpoints=None) -> list[dict]:
+            checkpoints: Checkpoints | None = None) -> list[dict]:
         """Run `steps` steps (fewer if `batches` runs out).
 
         eval_fn(model) -> {name: number} runs every `eval_every` steps; its results join that step's
-        history entry as "eval_<name>". `checkpoints` (a training.checkpoint.Checkpoints) saves every
-        `checkpoints.every` steps and after the last one.
+        history entry as "eval_<name>". `checkpoints` saves every `checkpoints.every` steps and after the
+        last one.
         """
         bar = tqdm(range(steps), desc=desc)
         for _, batch in zip(bar, batches):
@@ -158,12 +160,12 @@ class Trainer:
             checkpoints.wait()
         return self.history
 
-    def save(self, checkpoints, *, force: bool = False) -> bool:
+    def save(self, checkpoints: Checkpoints, *, force: bool = False) -> bool:
         """Save model, optimizer and history at the current step if it is due (or `force`)."""
         step = len(self.history)
         return checkpoints.save(step, self.model, self.optimizer, meta={"history": self.history}, force=force)
 
-    def restore(self, checkpoints, step: int | None = None) -> int:
+    def restore(self, checkpoints: Checkpoints, step: int | None = None) -> int:
         """Load a checkpoint (the latest by default) into this trainer; returns its step. The trainer takes
         one batch per step, so resume the data stream at batch index `step`."""
         meta = checkpoints.restore(self.model, self.optimizer, step=step)
@@ -183,6 +185,8 @@ def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict]) -> dic
         batch = check_batch(batch)
         rows = rows or len(next(iter(batch.values())))
         per_batch.append(_eval_metrics(model, pad_batch(batch, rows), loss_fn))
+    if not per_batch:
+        raise ValueError("evaluate got no batches")
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_batch)
     weights = stacked.get("tokens", jnp.ones(len(per_batch)))
     return {k: float(v) for k, v in combine_micro_metrics(stacked, weights).items()}

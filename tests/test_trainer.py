@@ -1,0 +1,179 @@
+"""The trainer core's invariants: exact accumulation, one compilation, exact resume, and the hooks around them.
+
+Most tests train `TinyLM` (embed -> dropout -> linear), which compiles in about a second; the accumulation
+test uses the real decoder at a 1-layer `small_config`.
+"""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from tunix_lite.models import Transformer
+from tunix_lite.training.checkpoint import Checkpoints
+from tunix_lite.training.losses import lm_loss
+from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate, pad_batch, plot_history
+
+from test_model import small_config
+
+VOCAB, T = 97, 16
+
+
+class TinyLM(nnx.Module):
+    """Just enough of a language model for lm_loss, with dropout so that RNG state must be carried and saved."""
+
+    def __init__(self, *, rngs: nnx.Rngs, dropout: float = 0.1, dtype="float32"):
+        self.embed = nnx.Embed(VOCAB, 16, dtype=dtype, rngs=rngs)  # dtype: compute; parameters stay float32
+        self.drop = nnx.Dropout(dropout, rngs=rngs)
+        self.out = nnx.Linear(16, VOCAB, dtype=dtype, rngs=rngs)
+
+    def __call__(self, tokens, positions=None, *, segment_ids=None):
+        return self.out(self.drop(self.embed(tokens)))
+
+
+def lm_batch(rows: int, seed: int) -> dict:
+    """Random tokens with ragged lengths, so micro-batches hold very different token counts."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, VOCAB, (rows, T + 1)).astype(np.int32)
+    lengths = rng.integers(1, T + 1, rows)
+    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+            "weights": (np.arange(T) < lengths[:, None]).astype(np.float32),
+            "positions": np.tile(np.arange(T, dtype=np.int32), (rows, 1))}
+
+
+def params(model, wrt=nnx.Param) -> list[np.ndarray]:
+    unkey = lambda x: jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+    return [np.asarray(unkey(x)) for x in jax.tree.leaves(nnx.state(model, wrt))]
+
+
+TX = adamw_cosine(1e-2, 6, warmup_steps=2)  # one object: Trainers built on the same structure share one compile
+
+
+def tiny_trainer(seed=0, tx=TX, **kwargs) -> Trainer:
+    # an "rbg" dropout key compiles in a fraction of the time of the default threefry key on CPU
+    rngs = nnx.Rngs(seed, dropout=jax.random.key(seed + 1, impl="rbg"))
+    return Trainer(TinyLM(rngs=rngs), tx, lm_loss, **kwargs)
+
+
+def keep_gradient() -> optax.GradientTransformation:
+    """An "optimizer" that stores the step's gradient in its state and leaves the parameters alone."""
+    return optax.GradientTransformation(lambda params: jax.tree.map(jnp.zeros_like, params),
+                                        lambda grads, state, params=None: (jax.tree.map(jnp.zeros_like, grads), grads))
+
+
+@pytest.mark.slow  # two compilations of the decoder
+def test_accumulating_micro_batches_equals_one_big_batch():
+    batch = lm_batch(8, seed=0)
+    steps = {}
+    for k in (1, 4):
+        trainer = Trainer(Transformer(small_config(num_layers=1), rngs=nnx.Rngs(0)), keep_gradient(), lm_loss,
+                          micro_batches=k)
+        metrics = trainer.step(batch)
+        steps[k] = metrics, np.concatenate([np.ravel(g) for g in jax.tree.leaves(trainer.optimizer.opt_state)])
+    (big, grad_big), (acc, grad_acc) = steps[1], steps[4]
+    assert acc["tokens"] == big["tokens"] == batch["weights"].sum()
+    assert acc["loss"] == pytest.approx(big["loss"], rel=1e-6)
+    assert np.linalg.norm(grad_acc - grad_big) <= 1e-6 * np.linalg.norm(grad_big)
+    # the micro-batches' token counts differ, so an unweighted mean of their losses would not match
+    counts = batch["weights"].reshape(2, 4, T).sum(axis=(0, 2))
+    assert counts.max() > 1.5 * counts.min()
+
+
+def test_one_compilation_for_a_run_ending_in_a_short_batch(caplog):
+    batches = [lm_batch(8, seed=i) for i in range(3)] + [lm_batch(5, seed=3)]  # 5 rows: padded to 8
+    trainer = tiny_trainer(tx=adamw_cosine(1e-2, 4), micro_batches=2)  # a new optimizer: not compiled before
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        history = trainer.fit(batches, 4)
+    compiles = [r for r in caplog.records if "Compiling jit(train_step)" in r.getMessage()]
+    assert len(compiles) == 1, [r.getMessage()[:80] for r in compiles]
+    assert len(history) == 4 and history[-1]["tokens"] == batches[-1]["weights"].sum()  # padding counts 0
+
+
+def test_pad_batch_zero_pads_rows():
+    padded = pad_batch(lm_batch(3, seed=0), 5)
+    assert padded["inputs"].shape == (5, T) and padded["weights"][3:].sum() == 0
+    with pytest.raises(ValueError, match="more than the 2"):
+        pad_batch(lm_batch(3, seed=0), 2)
+
+
+def test_resume_from_a_checkpoint_is_exact(tmp_path):
+    batches = [lm_batch(4, seed=i) for i in range(6)]
+    reference = tiny_trainer()
+    reference.fit(batches, 6)
+
+    first = tiny_trainer()
+    first.fit(batches, 3, checkpoints=Checkpoints(tmp_path, every=2, keep=3))
+    resumed = tiny_trainer(seed=7)  # different weights and dropout key: everything must come from the checkpoint
+    step = resumed.restore(Checkpoints(tmp_path))
+    assert step == 3 and [h["loss"] for h in resumed.history] == [h["loss"] for h in reference.history[:3]]
+    resumed.fit(batches[step:], 3)
+
+    for a, b in zip(params(reference.model, ...), params(resumed.model, ...)):  # dropout RNG state too
+        np.testing.assert_array_equal(a, b)
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in reference.history]
+
+
+def test_keeps_the_last_k_checkpoints(tmp_path):
+    checkpoints = Checkpoints(tmp_path, every=2, keep=2)
+    tiny_trainer().fit([lm_batch(4, seed=i) for i in range(7)], 7, checkpoints=checkpoints)
+    assert checkpoints.steps == [6, 7]  # 2, 4, 6 on the cadence, 7 at the end; the oldest pruned
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["6", "7"]
+
+
+def test_state_filter_saves_and_restores_only_the_chosen_variables(tmp_path):
+    source, target = TinyLM(rngs=nnx.Rngs(0)), TinyLM(rngs=nnx.Rngs(1))
+    kernel_before = np.asarray(target.out.kernel[...])
+    checkpoints = Checkpoints(tmp_path, state_filter=nnx.PathContains("embed"))  # as nnx.LoRAParam for adapters
+    checkpoints.save(1, source, force=True)
+    checkpoints.restore(target)
+    np.testing.assert_array_equal(target.embed.embedding[...], source.embed.embedding[...])
+    np.testing.assert_array_equal(target.out.kernel[...], kernel_before)
+
+
+def test_missing_checkpoint_directory_says_what_was_looked_for(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint in .*nowhere: looked for step folders"):
+        Checkpoints(tmp_path / "nowhere").restore(TinyLM(rngs=nnx.Rngs(0)))
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_nan_stops_training_and_names_the_step():
+    batches = [lm_batch(4, seed=i) for i in range(4)]
+    batches[2]["weights"] = np.full_like(batches[2]["weights"], np.nan)
+    trainer = tiny_trainer()
+    with pytest.raises(FloatingPointError, match="loss became nan at step 3"):
+        trainer.fit(batches, 4)
+    assert len(trainer.history) == 2
+
+
+def test_eval_hook_cadence_and_plot():
+    calls, val = [], [lm_batch(4, seed=100), lm_batch(3, seed=101)]
+
+    def eval_fn(model):
+        calls.append(len(trainer.history))
+        return evaluate(model, lm_loss, val)
+
+    trainer = tiny_trainer()
+    history = trainer.fit([lm_batch(4, seed=i) for i in range(5)], 5, eval_fn=eval_fn, eval_every=2)
+    assert calls == [2, 4]
+    assert [h["step"] for h in history if "eval_loss" in h] == [2, 4]
+    assert history[1]["eval_tokens"] == sum(b["weights"].sum() for b in val)
+
+    fig = plot_history(history, keys=["loss", "eval_loss"])
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["loss", "eval_loss"]
+    with pytest.raises(KeyError, match="no history entry has 'accuracy'"):
+        plot_history(history, keys="accuracy")
+
+
+def test_bf16_compute_keeps_float32_parameters():
+    """The decoder's `ModelConfig.dtype` works the same way (nnx.Linear/Embed `dtype`): nothing in the trainer."""
+    batch = lm_batch(4, seed=0)
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        model = TinyLM(rngs=nnx.Rngs(0), dropout=0.0, dtype=dtype)
+        losses[dtype] = Trainer(model, TX, lm_loss).step(batch)["loss"]
+        assert all(p.dtype == jnp.float32 for p in params(model))
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=1e-2) and losses["bfloat16"] != losses["float32"]
