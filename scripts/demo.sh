@@ -8,8 +8,11 @@ if [ ! -x .venv/bin/tunix-lite ]; then
   .venv/bin/pip install -q -e ".[course]"
 fi
 .venv/bin/tunix-lite info
-.venv/bin/tunix-lite generate --model tiny --max-new-tokens 40 \
-  --prompt "Question: Tom has 12 coins. Tom doubles them. How many coins does Tom have now?
+# Base-model style prompts (the format it was pretrained on), then a chat turn. It gets some right and
+# some wrong: the SFT, DPO and GRPO lessons start from exactly this model.
+.venv/bin/tunix-lite generate --model tiny --max-new-tokens 32 \
+  --prompt "Question: Which is larger, 405 or 596?
 Answer:" \
-  --prompt "Question: What comes next: 3, 6, 9, 12?
+  --prompt "Question: Tom has 12 coins. Tom doubles them. How many coins does Tom have now?
 Answer:"
+.venv/bin/tunix-lite generate --model tiny --chat --max-new-tokens 32 --prompt "Write the word coin in capital letters."

@@ -50,18 +50,6 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_grade(args) -> int:
-    from tunix_lite.course.grading import main
-
-    return main(args.rest)
-
-
-def cmd_build_exercises(args) -> int:
-    from tunix_lite.course.build import main
-
-    return main(args.rest)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,15 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.set_defaults(fn=cmd_generate)
 
-    for name, fn, help_text in (("grade", cmd_grade, "grade an exercise notebook"),
-                                ("build-exercises", cmd_build_exercises, "build exercises/ from solutions/")):
-        p = sub.add_parser(name, help=help_text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(fn=fn)
+    # listed for --help; main() hands their arguments straight to the course tools' own parsers
+    sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")
+    sub.add_parser("build-exercises", help="build exercises/ from solutions/ (--check to verify)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["grade"], ["build-exercises"]):
+        from tunix_lite.course import build, grading
+
+        return (grading.main if argv[0] == "grade" else build.main)(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

@@ -1,0 +1,88 @@
+"""The exercise build: one source (solutions/), committed stubs in sync, regions named by their function."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from tunix_lite.course import build
+from tunix_lite.course.notebook import BEGIN, END, is_graded, phase_of, read, source
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_committed_exercises_match_a_fresh_build(capsys):
+    rc = build.main(["--check", "--solutions", str(ROOT / "solutions"), "--exercises", str(ROOT / "exercises")])
+    assert rc == 0, capsys.readouterr().out
+
+
+def test_strip_solutions_keeps_indentation_and_names_the_function():
+    src = f"def f(x):\n    y = 1\n    {BEGIN}\n    return x + y\n    {END}\n\ndef g():\n    pass"
+    out = build.strip_solutions(src, "test")
+    assert out == f"def f(x):\n    y = 1\n    {build.stub('f')}\n\ndef g():\n    pass"
+    assert 'NotImplementedError("Exercise f:' in out
+
+
+@pytest.mark.parametrize("src, error", [
+    (f"def f():\n    {BEGIN}\n    return 1", "has no"),
+    (f"{BEGIN}\nx = 1\n{END}", "inside a function"),
+    (f"def f():\n    return 1\n    {END}", "without"),
+])
+def test_strip_solutions_rejects_malformed_regions(src, error):
+    with pytest.raises(ValueError, match=error):
+        build.strip_solutions(src, "test")
+
+
+def test_build_ignores_outputs_and_volatile_metadata():
+    nb = read(SOLUTIONS[0])
+    noisy = json.loads(json.dumps(nb))
+    noisy["metadata"]["language_info"] = {"name": "python", "version": "3.99"}
+    for cell in noisy["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [{"output_type": "stream", "name": "stdout", "text": "x"}], 7
+            cell["metadata"]["execution"] = {"iopub.status.busy": "2030-01-01"}
+    assert build.dumps(build.build_notebook(noisy)) == build.dumps(build.build_notebook(nb))
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_graded_functions_match_the_registered_exercises(path):
+    """Every graded function with a solution region has tests, and every registered exercise is in the notebook."""
+    from tunix_lite.course import graded
+
+    nb = read(path)
+    with_regions = set()
+    for cell in nb["cells"]:
+        src = source(cell)
+        assert BEGIN not in src or is_graded(cell), f"{path.name}: solution region outside a graded cell"
+        if is_graded(cell):
+            assert "check(" not in src, f"{path.name}: keep check() calls out of graded cells"
+            tree = ast.parse(src)
+            with_regions |= {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                             and BEGIN in ast.get_source_segment(src, node)}
+    assert with_regions == {ex.name for ex in graded.exercises(phase_of(path))}
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_exercises_have_no_solutions_or_outputs(path):
+    text = (ROOT / "exercises" / path.name).read_text(encoding="utf-8")
+    assert BEGIN not in text and END not in text
+    nb = json.loads(text)
+    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def test_stamp_follows_the_configured_repository(tmp_path, monkeypatch):
+    from tunix_lite import course
+
+    path = tmp_path / "01_core_concepts_jax_nnx.ipynb"
+    path.write_text((ROOT / "notebooks" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
+    assert not build.stamp(path, f"notebooks/{path.name}")  # committed notebooks are already stamped
+    monkeypatch.setattr(course, "REPO_URL", "https://github.com/someone/fork")
+    assert build.stamp(path, f"notebooks/{path.name}")
+    text = path.read_text(encoding="utf-8")
+    assert f"colab.research.google.com/github/someone/fork/blob/{course.TAG}/notebooks/{path.name}" in text
+    assert f"git+https://github.com/someone/fork@{course.TAG}" in text and "tunix-lite/tunix-lite" not in text
+    assert not build.stamp(path, f"notebooks/{path.name}")

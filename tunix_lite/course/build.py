@@ -1,0 +1,161 @@
+"""Build exercises/NN_*.ipynb from solutions/NN_*.ipynb (one source, nbgrader-style markers).
+
+In a code cell tagged `graded`, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
+`raise NotImplementedError("Exercise <function>: ...")` at the same indentation. Outputs, execution
+counts and volatile metadata are dropped, so the output bytes depend only on the solution's source.
+
+    python -m tunix_lite.course.build            # write exercises/
+    python -m tunix_lite.course.build --check    # exit 1 if exercises/ differs from a fresh build
+    python -m tunix_lite.course.build --stamp    # first rewrite badges and setup cells from REPO_URL/VERSION
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from tunix_lite import course
+from tunix_lite.course.notebook import BEGIN, END, is_graded, read, source
+
+NOTEBOOK_METADATA = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+}
+_DEF = re.compile(r"^(\s*)def\s+(\w+)\s*\(")
+_BADGES = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\) \[!\[Open In Kaggle\]\([^)]*\)\]\([^)]*\)")
+
+
+def stub(name: str) -> str:
+    return f'raise NotImplementedError("Exercise {name}: write your solution here, then run check({name})")'
+
+
+def strip_solutions(src: str, where: str) -> str:
+    """Replace each BEGIN/END SOLUTION region by a NotImplementedError naming the enclosing function."""
+    out: list[str] = []
+    lines = src.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() != BEGIN:
+            if line.strip() == END:
+                raise ValueError(f"{where}: {END} without {BEGIN}")
+            out.append(line)
+            i += 1
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        name = next((m.group(2) for prev in reversed(out) if (m := _DEF.match(prev)) and len(m.group(1)) < len(indent)),
+                    None)
+        if name is None:
+            raise ValueError(f"{where}: a solution region must sit inside a function (its name names the exercise)")
+        try:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == END)
+        except StopIteration:
+            raise ValueError(f"{where}: {BEGIN} in {name} has no {END}") from None
+        out.append(indent + stub(name))
+        i = end + 1
+    return "\n".join(out)
+
+
+def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -> dict:
+    """The exercise version of a solutions notebook (a new dict; the input is not modified).
+
+    With `name` (the file name), markdown links and badges to solutions/<name> are pointed at exercises/<name>.
+    """
+    cells = []
+    for n, cell in enumerate(nb["cells"]):
+        src = source(cell)
+        here = f"{where} cell {n}"
+        if BEGIN in src and not is_graded(cell):
+            raise ValueError(f"{here}: solution regions belong in code cells tagged 'graded'")
+        if BEGIN in src:
+            src = strip_solutions(src, here)
+        if name and cell["cell_type"] == "markdown":
+            src = src.replace(f"solutions/{name}", f"exercises/{name}")
+        new = {"cell_type": cell["cell_type"], "metadata": {}, "source": src}
+        if "id" in cell:
+            new["id"] = cell["id"]
+        tags = cell.get("metadata", {}).get("tags")
+        if tags:
+            new["metadata"]["tags"] = list(tags)
+        if cell["cell_type"] == "code":
+            new["execution_count"] = None
+            new["outputs"] = []
+        cells.append(new)
+    return {"cells": cells, "metadata": NOTEBOOK_METADATA, "nbformat": 4, "nbformat_minor": nb.get("nbformat_minor", 5)}
+
+
+def dumps(nb: dict) -> str:
+    """nbformat's on-disk layout (indent 1, sorted keys, sources as line lists), without importing it."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        cell["source"] = cell["source"].splitlines(keepends=True)
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def build(solutions: Path, exercises: Path) -> dict[Path, str]:
+    """{exercise path: file text} for every solutions/NN_*.ipynb."""
+    sources = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
+    if not sources:
+        raise FileNotFoundError(f"no NN_*.ipynb in {solutions}")
+    return {exercises / p.name: dumps(build_notebook(read(p), str(p), p.name)) for p in sources}
+
+
+def stamp(path: Path, rel: str) -> bool:
+    """Rewrite a notebook's badges and setup cell from REPO_URL / VERSION; True if the file changed."""
+    nb = read(path)
+    setup = course.setup_cell().splitlines()[:-1]  # keep each notebook's own `profile = setup(...)` line
+    first_code = True
+    for cell in nb["cells"]:
+        src = source(cell)
+        if cell["cell_type"] == "markdown":
+            cell["source"] = _BADGES.sub(lambda _: course.badges(rel), src)
+        elif first_code:
+            first_code = False
+            cell["source"] = "\n".join(setup + src.splitlines()[-1:])
+        else:
+            cell["source"] = src
+    text = dumps(nb)
+    if text == path.read_text(encoding="utf-8"):
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tunix-lite build-exercises", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the committed exercises are stale")
+    parser.add_argument("--solutions", default="solutions", type=Path)
+    parser.add_argument("--exercises", default="exercises", type=Path)
+    parser.add_argument("--stamp", action="store_true",
+                        help="first rewrite badges and setup cells in notebooks/ and solutions/ from REPO_URL/VERSION")
+    args = parser.parse_args(argv)
+    if args.stamp:
+        root = args.solutions.resolve().parent
+        for path in sorted([*(root / "notebooks").glob("*.ipynb"), *args.solutions.glob("*.ipynb")]):
+            if stamp(path, path.resolve().relative_to(root).as_posix()):
+                print(f"stamped {path}")
+    built = build(args.solutions, args.exercises)
+    if args.check:
+        stale = [str(p) for p, text in built.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        orphans = [str(p) for p in sorted(args.exercises.glob("[0-9][0-9]_*.ipynb")) if p not in built]
+        for p in stale:
+            print(f"stale: {p}")
+        for p in orphans:
+            print(f"no solutions notebook for: {p}")
+        if stale or orphans:
+            print("run `tunix-lite build-exercises` (python -m tunix_lite.course.build) and commit the result")
+            return 1
+        print(f"{len(built)} exercise notebooks are up to date")
+        return 0
+    args.exercises.mkdir(parents=True, exist_ok=True)
+    for p, text in built.items():
+        p.write_text(text, encoding="utf-8")
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
