@@ -96,12 +96,7 @@ class Tokenizer:
         return self.sp.serialized_model_proto()
 
     def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        ids = self.sp.encode(text)
-        if add_bos:
-            ids = [_required(self.bos_id, "bos")] + ids
-        if add_eos:
-            ids = ids + [_required(self.eos_id, "eos")]
-        return ids
+        return _add_bos_eos(self, self.sp.encode(text), add_bos, add_eos)
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         """Ids -> text. With skip_special=False, control tokens are spelled out (`<start_of_turn>`).
@@ -232,12 +227,7 @@ class HFJsonTokenizer:
 
     def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         # add_special_tokens=False skips the post-processor (Llama 3's adds <|begin_of_text|> on its own).
-        ids = self.tok.encode(text, add_special_tokens=False).ids
-        if add_bos:
-            ids = [_required(self.bos_id, "bos")] + ids
-        if add_eos:
-            ids = ids + [_required(self.eos_id, "eos")]
-        return ids
+        return _add_bos_eos(self, self.tok.encode(text, add_special_tokens=False).ids, add_bos, add_eos)
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         ids = [int(i) for i in ids]
@@ -277,6 +267,12 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer | HFJsonTokenizer:
             directory / "tokenizer.json", bos=name("bos_token"), eos=name("eos_token"), pad=name("pad_token")
         )
     raise FileNotFoundError(f"no tokenizer in {directory}: looked for tokenizer.model and tokenizer.json")
+
+
+def _add_bos_eos(tokenizer, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
+    bos = [_required(tokenizer.bos_id, "bos")] if add_bos else []
+    eos = [_required(tokenizer.eos_id, "eos")] if add_eos else []
+    return bos + list(ids) + eos
 
 
 def _required(i: int | None, name: str) -> int:
