@@ -53,12 +53,6 @@ def download(repo_id: str) -> Path:
             "directory instead, e.g. `tunix-lite generate --model /path/to/checkpoint`.") from None
 
 
-def load_model(name_or_path: str | Path):
-    from tunix_lite.weights.hf import load_hf_model
-
-    return load_hf_model(resolve_checkpoint(name_or_path))
-
-
 def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
     """(model, tokenizer) for a model name, checkpoint directory or hub id."""
     from tunix_lite.tokenizer import load_tokenizer
