@@ -158,8 +158,8 @@ def test_eval_hook_cadence_and_plot():
 
     trainer = tiny_trainer()
     history = trainer.fit([lm_batch(4, seed=i) for i in range(5)], 5, eval_fn=eval_fn, eval_every=2)
-    assert calls == [2, 4]
-    assert [h["step"] for h in history if "eval_loss" in h] == [2, 4]
+    assert calls == [2, 4, 5]  # and after the last step, so a run always ends measured
+    assert [h["step"] for h in history if "eval_loss" in h] == [2, 4, 5]
     assert history[1]["eval_tokens"] == sum(b["weights"].sum() for b in val)
 
     fig = plot_history(history, keys=["loss", "eval_loss"])

@@ -44,5 +44,9 @@ def test_trainer_lowers_the_loss_on_a_memorisable_batch():
 def test_strings_never_reach_jit():
     with pytest.raises(TypeError, match=r"batch\['text'\] has dtype <U5"):
         check_batch({"inputs": np.zeros((2, 4), np.int32), "text": np.array(["hello", "world"])})
-    with pytest.raises(ValueError, match=r"batch\['targets'\] has shape \(2, 3\)"):
-        check_batch({"inputs": np.zeros((2, 4), np.int32), "targets": np.zeros((2, 3), np.int32)})
+    with pytest.raises(TypeError, match=r"batch\['inputs'\] has dtype object.*pad ragged rows"):
+        check_batch({"inputs": np.array([[1, 2], [3]], dtype=object)})
+    with pytest.raises(ValueError, match=r"batch\['targets'\] has shape \(3, 4\): 3 rows, expected 2"):
+        check_batch({"inputs": np.zeros((2, 4), np.int32), "targets": np.zeros((3, 4), np.int32)})
+    # per-row keys (a DPO pair's reference log-prob, a GRPO advantage) sit beside per-token ones
+    check_batch({"inputs": np.zeros((2, 4), np.int32), "advantages": np.zeros(2, np.float32)})

@@ -1,8 +1,9 @@
-"""`tunix-lite` command line: info, generate (and the course's grade / build-exercises)."""
+"""`tunix-lite` command line: info, generate, sft (and the course's grade / build-exercises)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import sys
 import time
@@ -50,6 +51,18 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_sft(args) -> int:
+    from tunix_lite.training.sft import SFTConfig, run_sft
+
+    config = SFTConfig.from_yaml(args.config)
+    overrides = {key: value for key, value in (("steps", args.steps), ("output_dir", args.output_dir),
+                                               ("model", args.model)) if value is not None}
+    config = SFTConfig.from_dict(dataclasses.asdict(config) | overrides)
+    result = run_sft(config)
+    print(f"[{len(result.history)} steps in {result.seconds:.0f} s]", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--seed", type=int, default=0)
     gen.set_defaults(fn=cmd_generate)
+
+    sft = sub.add_parser("sft", help="supervised fine-tuning (full, LoRA or QLoRA) from a YAML config")
+    sft.add_argument("--config", required=True, help="YAML file of SFTConfig keys, e.g. configs/sft_tiny.yaml")
+    sft.add_argument("--steps", type=int, default=None, help="override the config's steps")
+    sft.add_argument("--model", default=None, help="override the config's model")
+    sft.add_argument("--output-dir", default=None, help="override the config's output_dir")
+    sft.set_defaults(fn=cmd_sft)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")

@@ -13,6 +13,8 @@ Every parameter carries `logical_axes` metadata (vocab / embed / heads / kv_head
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from functools import partial
 from typing import NamedTuple
@@ -220,6 +222,10 @@ class Block(nnx.Module):
         return x, kv
 
 
+def _run_block(block: Block, x, positions, segment_ids):
+    return block(x, positions, segment_ids=segment_ids)[0]
+
+
 class Transformer(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
@@ -231,6 +237,7 @@ class Transformer(nnx.Module):
                                   embedding_metadata={"logical_axes": ("vocab", "embed")})
         self.layers = nnx.List([Block(c, i, rngs=rngs) for i in range(c.num_layers)])
         self.final_norm = RMSNorm(c.embed_dim, c)
+        self.remat = False  # recompute each block's activations in the backward pass (set_training_options)
         if not c.tie_embeddings:
             self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
 
@@ -254,8 +261,9 @@ class Transformer(nnx.Module):
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
         x = self._embed(tokens)
         hidden = []
+        run = nnx.remat(_run_block) if self.remat else _run_block
         for block in self.layers:
-            x, _ = block(x, positions, segment_ids=segment_ids)
+            x = run(block, x, positions, segment_ids)
             hidden.append(x)
         logits = self._logits(x)
         return (logits, hidden) if return_hidden else logits
@@ -275,3 +283,23 @@ class Transformer(nnx.Module):
             vs.append(v)
         new_cache = KVCache(tuple(ks), tuple(vs), cache_positions, cache.end + tokens.shape[1])
         return self._logits(x[:, -1:] if last_only else x), new_cache
+
+
+def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None, remat: bool | None = None):
+    """Change how `model` computes, in place, without touching its parameters.
+
+    compute_dtype: run matmuls and activations in e.g. "bfloat16" (mixed precision). Parameters stay
+    float32, so the optimizer updates float32 masters; norms, softmax, logits and the loss stay float32.
+    remat: recompute each block's activations during the backward pass instead of storing them: less
+    memory for more compute (about one extra forward). Returns the model.
+    """
+    if compute_dtype is not None:
+        dtype = jnp.dtype(compute_dtype)
+        for _, module in nnx.iter_modules(model):
+            if hasattr(module, "dtype"):  # nnx.Linear, nnx.Embed, LoRALinear
+                module.dtype = dtype
+            if isinstance(getattr(module, "config", None), ModelConfig):  # the KV cache's dtype
+                module.config = dataclasses.replace(module.config, dtype=dtype.name)
+    if remat is not None:
+        model.remat = remat
+    return model

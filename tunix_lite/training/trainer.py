@@ -44,16 +44,19 @@ def adamw_cosine(peak_lr: float, total_steps: int, *, warmup_steps: int = 0, wei
 
 
 def check_batch(batch: dict) -> dict:
-    """Only integer/float arrays of one shape may reach jit: say which key is wrong, not a trace dump."""
-    shape = None
+    """Only numeric arrays with the same number of rows may reach jit (per-token keys are [B, T], per-row
+    keys such as DPO's or GRPO's may be [B]): say which key is wrong, not a trace dump."""
+    rows = None
     for key, value in batch.items():
         array = value if hasattr(value, "dtype") else np.asarray(value)  # no device-to-host copy
         if array.dtype.kind not in "iufb":
             raise TypeError(f"batch[{key!r}] has dtype {array.dtype}; only numeric arrays can be traced "
-                            "(tokenize strings before batching)")
-        if shape is not None and array.shape[:2] != shape:
-            raise ValueError(f"batch[{key!r}] has shape {array.shape}, expected leading dims {shape}")
-        shape = shape or array.shape[:2]
+                            "(tokenize strings and pad ragged rows to one length before batching)")
+        if array.ndim == 0:
+            raise ValueError(f"batch[{key!r}] is a scalar; every batch entry needs a leading row dimension")
+        if rows is not None and array.shape[0] != rows:
+            raise ValueError(f"batch[{key!r}] has shape {array.shape}: {array.shape[0]} rows, expected {rows}")
+        rows = array.shape[0] if rows is None else rows
     return batch
 
 
@@ -139,18 +142,21 @@ class Trainer:
 
     def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
-            checkpoints: Checkpoints | None = None) -> list[dict]:
+            checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = ()) -> list[dict]:
         """Run `steps` steps (fewer if `batches` runs out).
 
-        eval_fn(model) -> {name: number} runs every `eval_every` steps; its results join that step's
-        history entry as "eval_<name>". `checkpoints` saves every `checkpoints.every` steps and after the
-        last one.
+        eval_fn(model) -> {name: number} runs every `eval_every` steps and after the last one; its results
+        join that step's history entry as "eval_<name>". `checkpoints` saves every `checkpoints.every`
+        steps and after the last one. Each of `loggers` gets every step's metrics (see metrics_log).
         """
         bar = tqdm(range(steps), desc=desc)
+        last = len(self.history) + steps
         for _, batch in zip(bar, batches):
             metrics = self.step(batch)
-            if eval_fn is not None and eval_every and metrics["step"] % eval_every == 0:
+            if eval_fn is not None and eval_every and (metrics["step"] % eval_every == 0 or metrics["step"] == last):
                 metrics.update({f"eval_{k}": float(v) for k, v in eval_fn(self.model).items()})
+            for log in loggers:
+                log(metrics)
             if checkpoints is not None:
                 self.save(checkpoints)
             if metrics["step"] % log_every == 0:

@@ -1,0 +1,57 @@
+"""Task accuracy through the sampler: does the model, prompted as a user, answer correctly and in format?"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from flax import nnx
+
+from tunix_lite.data.synthetic import reward_exact_match, reward_format
+from tunix_lite.sampler import Sampler
+from tunix_lite.tokenizer import format_chat, stop_ids
+
+
+class TaskEval:
+    """Greedy answers to `records` ({"prompt", "answer"[, "domain"]}) scored by exact match of the tagged answer
+    and by format. One sampler and fixed batch shapes (the last batch is padded by repeating a prompt), so
+    evaluating again during training compiles nothing new."""
+
+    def __init__(self, model: nnx.Module, tokenizer, records: Sequence[Mapping], *, template: str = "gemma",
+                 max_new_tokens: int = 48, batch_size: int = 32):
+        if not records:
+            raise ValueError("TaskEval needs at least one record")
+        missing = [k for k in ("prompt", "answer") if k not in records[0]]
+        if missing:
+            raise ValueError(f"evaluation records need {missing} (columns: {sorted(records[0])})")
+        self.records, self.max_new_tokens, self.batch_size = list(records), max_new_tokens, batch_size
+        self.prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=template)
+                        for r in self.records]
+        self.sampler = Sampler(model, tokenizer, stop_ids=stop_ids(tokenizer, template))
+
+    def completions(self) -> list[str]:
+        self.sampler.refresh()  # the model may have trained since the last call
+        texts = []
+        for start in range(0, len(self.prompts), self.batch_size):
+            chunk = self.prompts[start:start + self.batch_size]
+            padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
+            texts += self.sampler.generate(padded, self.max_new_tokens).texts[:len(chunk)]
+        return texts
+
+    def __call__(self, model: nnx.Module | None = None) -> dict[str, float]:
+        """{"accuracy", "format", "accuracy/<domain>"...}; `model` is accepted for Trainer.fit's eval_fn
+        signature and must be the model this evaluator was built on."""
+        if model is not None and model is not self.sampler.model:
+            raise ValueError("TaskEval was built on a different model")
+        texts = self.completions()
+        correct = reward_exact_match(None, texts, [r["answer"] for r in self.records])
+        formatted = reward_format(None, texts)
+        out = {"accuracy": float(np.mean(correct)), "format": float(np.mean(formatted))}
+        by_domain = defaultdict(list)
+        for record, score in zip(self.records, correct):
+            if "domain" in record:
+                by_domain[record["domain"]].append(score)
+        out |= {f"accuracy/{d}": float(np.mean(s)) for d, s in sorted(by_domain.items())}
+        self.last_texts = texts
+        return out

@@ -1,0 +1,35 @@
+"""Where step metrics go besides `Trainer.history`: a JSON-lines file, and TensorBoard when installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class JsonlLogger:
+    """Appends one JSON object per step to `path` (readable with pandas.read_json(path, lines=True))."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, metrics: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(metrics) + "\n")
+
+
+class TensorBoardLogger:
+    """Scalars for `tensorboard --logdir DIR` (needs `pip install "tunix-lite[tensorboard]"`)."""
+
+    def __init__(self, log_dir: str | Path):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ImportError('TensorBoard logging needs tensorboardX: pip install "tunix-lite[tensorboard]"') from None
+        self.writer = SummaryWriter(str(log_dir))
+
+    def __call__(self, metrics: dict) -> None:
+        for key, value in metrics.items():
+            if key != "step":
+                self.writer.add_scalar(key, value, metrics["step"])
+        self.writer.flush()
