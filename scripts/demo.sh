@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (once) and run the main job on the embedded default model.
+# Set up a virtual environment (once) and run the main job on the embedded default model: supervised
+# fine-tuning of `tiny` on the course's synthetic reasoning tasks, reporting held-out accuracy before and
+# after, then chatting with the fine-tuned model (a few minutes on 2 CPU cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/tunix-lite ]; then
+if [ ! -x .venv/bin/tunix-lite ] || ! .venv/bin/python -c "import datasets, orbax.checkpoint" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[course]"
 fi
 .venv/bin/tunix-lite info
-# Base-model style prompts (the format it was pretrained on), then a chat turn. It gets some right and
-# some wrong: the SFT, DPO and GRPO lessons start from exactly this model.
-.venv/bin/tunix-lite generate --model tiny --max-new-tokens 32 \
-  --prompt "Question: Which is larger, 405 or 596?
-Answer:" \
-  --prompt "Question: Tom has 12 coins. Tom doubles them. How many coins does Tom have now?
-Answer:"
-.venv/bin/tunix-lite generate --model tiny --chat --max-new-tokens 32 --prompt "Write the word coin in capital letters."
+rm -rf runs/sft_tiny  # a fresh run each time (the same folder would resume from its checkpoints)
+.venv/bin/tunix-lite sft --config configs/sft_tiny.yaml --output-dir runs/sft_tiny
+.venv/bin/tunix-lite generate --model runs/sft_tiny/model --chat --max-new-tokens 48 \
+  --prompt "Which is smaller, 189 or 995?" \
+  --prompt "How many times does the letter p appear in pen?" \
+  --prompt "What sound does a sheep make?"

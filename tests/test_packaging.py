@@ -12,7 +12,7 @@ def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     wanted = list(project["dependencies"])
-    (all_spec,) = extras["all"]  # "tunix-lite[gemma,hub,course,test]"
+    (all_spec,) = extras["all"]  # "tunix-lite[gemma,hub,course,test,tensorboard]"
     for name in all_spec.split("[")[1].rstrip("]").split(","):
         wanted += extras[name]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())

@@ -106,3 +106,13 @@ def test_sft_teaches_the_tiny_model_the_task():
     result = run_sft(config, verbose=False)
     assert result.after["loss"] < 0.7 * result.before["loss"]
     assert result.after["accuracy"] >= result.before["accuracy"] + 0.25, (result.before, result.after)
+
+
+def test_metrics_go_to_jsonl_and_tensorboard(tmp_path):
+    from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
+
+    for log in (JsonlLogger(tmp_path / "m.jsonl"), TensorBoardLogger(tmp_path / "tb")):
+        log({"step": 1, "loss": 2.0})
+        log({"step": 2, "loss": 1.5})
+    assert [yaml.safe_load(line)["loss"] for line in (tmp_path / "m.jsonl").read_text().splitlines()] == [2.0, 1.5]
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))

@@ -194,7 +194,7 @@ def run_sft(config: SFTConfig, *, verbose: bool = True) -> SFTResult:
         if config.checkpoint_every:
             from tunix_lite.training.checkpoint import Checkpoints
 
-            state_filter = nnx.LoRAParam if config.lora_rank else None
+            state_filter = nnx.LoRAParam if config.lora_rank else ...
             checkpoints = Checkpoints(out / "checkpoints", every=config.checkpoint_every,
                                       keep=config.keep_checkpoints, state_filter=state_filter)
             if checkpoints.steps:  # resume where an interrupted run stopped
