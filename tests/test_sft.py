@@ -60,6 +60,8 @@ def test_config_errors_say_what_and_where(tmp_path):
         SFTConfig.from_dict({"learning_rat": 1e-3})
     with pytest.raises(ValueError, match="quantize .* needs lora_rank"):
         SFTConfig(quantize="nf4").validate()
+    with pytest.raises(ValueError, match="warmup_steps=15 must be less than steps=10"):
+        SFTConfig(steps=10, warmup_steps=15).validate()
     bad = tmp_path / "bad.yaml"
     bad.write_text("batch_size: 6\nmicro_batches: 4\n")
     with pytest.raises(ValueError, match=r"bad.yaml: batch_size=6 is not a multiple of micro_batches=4"):

@@ -86,7 +86,8 @@ def dequantize(q: QTensor, dtype=jnp.float32) -> jax.Array:
 
 
 def _nbytes(model: nnx.Module, *filters) -> int:
-    return sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, *filters)))
+    # size * itemsize, not .nbytes: also works on nnx.eval_shape models (shapes only, nothing allocated)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, *filters)))
 
 
 def memory_report(model: nnx.Module, *, wrt=nnx.LoRAParam, moments: int = 2) -> dict[str, int]:

@@ -95,6 +95,8 @@ class SFTConfig:
             raise ValueError("quantize (QLoRA) needs lora_rank: a quantized base cannot be trained directly")
         if self.batch_size % self.micro_batches:
             raise ValueError(f"batch_size={self.batch_size} is not a multiple of micro_batches={self.micro_batches}")
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must be less than steps={self.steps}")
         for key in ("steps", "batch_size", "seq_len", "n_train"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")

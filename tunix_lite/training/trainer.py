@@ -37,6 +37,8 @@ LossFn = Callable[[nnx.Module, dict], tuple[jax.Array, dict]]
 def adamw_cosine(peak_lr: float, total_steps: int, *, warmup_steps: int = 0, weight_decay: float = 0.01,
                  clip_norm: float | None = 1.0, b2: float = 0.95) -> optax.GradientTransformation:
     """AdamW with linear warmup then cosine decay to 10% of the peak, after global-norm clipping."""
+    if warmup_steps >= total_steps:
+        raise ValueError(f"warmup_steps={warmup_steps} must be less than the total steps={total_steps}")
     schedule = optax.warmup_cosine_decay_schedule(0.0, peak_lr, max(warmup_steps, 1), max(total_steps, 2),
                                                   end_value=peak_lr * 0.1)
     adamw = optax.adamw(schedule, b2=b2, weight_decay=weight_decay)
