@@ -131,6 +131,10 @@ class KVCache(NamedTuple):
 ACTIVATIONS = {"gelu_tanh": partial(jax.nn.gelu, approximate=True), "silu": jax.nn.silu}
 
 
+# o_proj, the MLP and the lm head take x as [B*T, D], not [B, T, D]: for the weight gradient of a 3-D
+# x @ W, XLA:CPU first copies the output gradient into a transposed layout, which cost a third of a training
+# step (benchmarks/RESULTS.md); a 2-D x @ W needs no copy, and the reshapes move no data. q/k/v stay 3-D:
+# flattening them changed Gemma 3's float32 rounding (tests/test_weights.py) for no measurable gain.
 def _dense(din: int, dout: int, axes: tuple, config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear:
     return nnx.Linear(din, dout, use_bias=False, dtype=config.dtype, rngs=rngs,
                       kernel_init=nnx.initializers.normal(din ** -0.5),
@@ -186,7 +190,7 @@ class Attention(nnx.Module):
         window = None if self.is_global else c.sliding_window
         mask = attention_mask(positions, k_pos, sliding_window=window, q_segment=segment_ids, k_segment=k_seg)
         out = attention(q, k, v, mask, c.attn_scale)
-        return self.o_proj(out.reshape(B, T, c.num_heads * c.head_dim)), (k, v)
+        return self.o_proj(out.reshape(B * T, c.num_heads * c.head_dim)).reshape(B, T, -1), (k, v)
 
 
 class MLP(nnx.Module):
@@ -200,7 +204,8 @@ class MLP(nnx.Module):
         self.activation = c.activation  # a name, not a function: equal configs give equal graphdefs
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(x)) * self.up_proj(x))
+        h = x.reshape(-1, x.shape[-1])  # [B*T, D]
+        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(h)) * self.up_proj(h)).reshape(x.shape)
 
 
 class Block(nnx.Module):
@@ -248,9 +253,10 @@ class Transformer(nnx.Module):
         return x
 
     def _logits(self, x):
-        x = self.final_norm(x)
+        *lead, D = x.shape
+        x = self.final_norm(x).reshape(-1, D)  # [B*T, D]
         logits = self.embedder.attend(x) if self.config.tie_embeddings else self.lm_head(x)
-        return logits.astype(jnp.float32)
+        return logits.reshape(*lead, -1).astype(jnp.float32)
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, *,
                  segment_ids: jax.Array | None = None, return_hidden: bool = False):

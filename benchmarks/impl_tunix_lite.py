@@ -1,0 +1,144 @@
+"""tunix_lite's side of the benchmarks: one workload of `common.WORKLOADS` per call, one `RESULT` line.
+
+    python benchmarks/impl_tunix_lite.py --workload sft_full --steps 5 --warmup 2
+
+Training workloads (sft_*, gemma_*): `Trainer.step` on one fixed batch of random tokens (seed 0, every
+weight 1), plain `optax.adamw` per `common.OPTIMIZER`. The llama shape is a tunix_lite `ModelConfig`
+built from `common.SHAPES["llama"]` (SwiGLU, untied lm head, no sandwich norm, random init seed 0);
+the gemma workloads load the real Gemma 3 270M weights. `step` returns floats, so each call blocks.
+
+Generation workloads (generate_*): `Sampler.generate` greedy with stop_ids=[-1] (no early stop, every
+row makes exactly `new_tokens`) on random prompt ids (seed 0, `prompt` tokens, no BOS added). tokens/s
+counts generated tokens per second of a whole generate call (prefill included); the extra fields
+`prefill_tokens_per_s` (prompt tokens / a 1-token generate call) and `decode_tokens_per_s`
+(batch * (new_tokens - 1) / (full call - 1-token call)) split it, the convention every side follows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
+
+IMPL = "tunix_lite"
+
+
+class RssSampler:
+    """Peak resident memory while the steps run, sampled every 10 ms from /proc. The process's overall
+    peak (common.peak_rss_mb) also holds the load: reading Gemma's checkpoint briefly needs ~2x its size."""
+
+    def __init__(self):
+        self.peak, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+        while not self._stop.wait(0.01):
+            with open("/proc/self/statm") as f:
+                self.peak = max(self.peak, int(f.read().split()[1]) * page_mb)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def llama_config(shape: dict):
+    from tunix_lite.models.config import ModelConfig
+
+    return ModelConfig(
+        family="llama3", vocab_size=shape["vocab"], embed_dim=shape["d_model"], num_layers=shape["layers"],
+        num_heads=shape["heads"], num_kv_heads=shape["kv_heads"], head_dim=shape["head_dim"],
+        mlp_dim=shape["ffn"], activation="silu", norm_eps=shape["norm_eps"], rope_base=shape["rope_theta"],
+        tie_embeddings=shape["tied"], max_seq_len=4096)
+
+
+def shape_of(config) -> dict:
+    """A tunix_lite config in common.SHAPES's terms (for the FLOP count)."""
+    return dict(vocab=config.vocab_size, d_model=config.embed_dim, layers=config.num_layers,
+                heads=config.num_heads, kv_heads=config.num_kv_heads, head_dim=config.head_dim,
+                ffn=config.mlp_dim)
+
+
+def build_model(name: str):
+    """(model, tokenizer or None) for a workload's shape: random llama-like, or a tunix_lite checkpoint."""
+    if name in common.SHAPES:
+        from flax import nnx
+
+        from tunix_lite.models.transformer import Transformer
+
+        return Transformer(llama_config(common.SHAPES[name]), rngs=nnx.Rngs(0)), None
+    from tunix_lite.loading import load
+
+    return load(name)
+
+
+def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from tunix_lite.lora import apply_lora
+    from tunix_lite.training.losses import lm_loss
+    from tunix_lite.training.trainer import Trainer
+
+    model, _ = build_model(w["shape"])
+    config = model.config
+    if w.get("lora_rank"):
+        # common.LORA_TARGETS are the HF names; tunix_lite's modules carry the same names under attn./mlp.
+        targets = [rf"\.{t}$" for t in common.LORA_TARGETS]
+        apply_lora(model, rank=w["lora_rank"], alpha=w["lora_alpha"], targets=targets,
+                   quantize=w.get("quantize"), rngs=nnx.Rngs(1))
+    o = common.OPTIMIZER
+    tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
+    trainer = Trainer(model, tx, lm_loss, wrt=nnx.LoRAParam if w.get("lora_rank") else nnx.Param)
+
+    B, T = w["batch"], w["seq"]
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, (B, T + 1), dtype=np.int32)
+    batch = dict(inputs=jnp.asarray(tokens[:, :-1]), targets=jnp.asarray(tokens[:, 1:]),
+                 weights=jnp.ones((B, T), jnp.float32),
+                 positions=jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)))
+    with RssSampler() as rss:
+        first, times = common.time_steps(lambda: trainer.step(batch), steps, warmup)
+    trained = sum(x.size for x in jax.tree.leaves(nnx.state(model, trainer.wrt)))
+    return common.result(IMPL, name, step_times=times, tokens_per_step=B * T, first_step_s=first,
+                         flops_per_step=common.train_flops_per_step(shape_of(config), B, T),
+                         steps_peak_mb=rss.peak, trained_params=trained, final_loss=trainer.history[-1]["loss"])
+
+
+def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
+    import numpy as np
+
+    from tunix_lite.sampler import Sampler
+
+    model, tokenizer = build_model(w["shape"])
+    sampler = Sampler(model, tokenizer, stop_ids=[-1])
+    B, P, N = w["batch"], w["prompt"], w["new_tokens"]
+    prompts = np.random.default_rng(0).integers(3, model.config.vocab_size, (B, P)).tolist()
+    with RssSampler() as rss:
+        first, times = common.time_steps(lambda: sampler.generate(prompts, N), steps, warmup)
+        _, prefill_times = common.time_steps(lambda: sampler.generate(prompts, 1), steps, warmup)
+    total, prefill = np.median(times), np.median(prefill_times)
+    return common.result(IMPL, name, step_times=times, tokens_per_step=B * N, first_step_s=first,
+                         steps_peak_mb=rss.peak, prefill_tokens_per_s=B * P / prefill,
+                         decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9))
+
+
+def main():
+    args = common.impl_args(__doc__)
+    w = common.WORKLOADS[args.workload]
+    run = run_generate if args.workload.startswith("generate") else run_train
+    common.emit(run(args.workload, w, args.steps, args.warmup))
+
+
+if __name__ == "__main__":
+    main()
