@@ -116,7 +116,9 @@ def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
 
 
 def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
+    import jax
     import numpy as np
+    from flax import nnx
 
     from tunix_lite.sampler import Sampler
 
@@ -128,9 +130,10 @@ def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
         first, times = common.time_steps(lambda: sampler.generate(prompts, N), steps, warmup)
         _, prefill_times = common.time_steps(lambda: sampler.generate(prompts, 1), steps, warmup)
     total, prefill = np.median(times), np.median(prefill_times)
+    weight_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     return common.result(IMPL, name, step_times=times, tokens_per_step=B * N, first_step_s=first,
                          steps_peak_mb=rss.peak, prefill_tokens_per_s=B * P / prefill,
-                         decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9))
+                         decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9), weight_bytes=weight_bytes)
 
 
 def main():

@@ -90,16 +90,21 @@ def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
     """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H].
 
-    Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated.
+    Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated:
+    a kv head's G query heads are stacked into one [G*T, H] block, so both products are plain batched
+    matmuls over (B, K) with the head dimension last. Contracting the [B, T, K, G, H] layout directly
+    made XLA:CPU transpose around every product, 1.7x slower forward and backward on the benchmark shape.
     """
     B, T, N, H = q.shape
-    K = k.shape[2]
-    q = q.reshape(B, T, K, N // K, H)  # [B, T, K, G, H]
-    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32) * scale
-    scores = jnp.where(mask[:, None, None, :, :], scores, _MASKED)
+    S, K = k.shape[1], k.shape[2]
+    G = N // K
+    q = q.reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, H)  # row g*T + t
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, H]
+    scores = jnp.einsum("bkqh,bksh->bkqs", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.where(jnp.tile(mask, (1, G, 1))[:, None], scores, _MASKED)  # [B, K, G*T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
-    return out.reshape(B, T, N, H)
+    out = jnp.einsum("bkqs,bksh->bkqh", probs, v).reshape(B, K, G, T, H)
+    return out.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
 # ----------------------------------------------------------------------------- KV cache
