@@ -80,8 +80,8 @@ def build_model(name: str):
     return load(name)
 
 
-def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
-    import jax
+def train_setup(w: dict):
+    """(Trainer, batch) for a training workload: the model, LoRA/QLoRA, AdamW and one fixed batch."""
     import jax.numpy as jnp
     import numpy as np
     import optax
@@ -107,11 +107,20 @@ def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
     batch = dict(inputs=jnp.asarray(tokens[:, :-1]), targets=jnp.asarray(tokens[:, 1:]),
                  weights=jnp.ones((B, T), jnp.float32),
                  positions=jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)))
+    return trainer, batch
+
+
+def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
+    import jax
+    from flax import nnx
+
+    trainer, batch = train_setup(w)
+    model, (B, T) = trainer.model, batch["inputs"].shape
     with RssSampler() as rss:
         first, times = common.time_steps(lambda: trainer.step(batch), steps, warmup)
     trained = sum(x.size for x in jax.tree.leaves(nnx.state(model, trainer.wrt)))
     return common.result(IMPL, name, step_times=times, tokens_per_step=B * T, first_step_s=first,
-                         flops_per_step=common.train_flops_per_step(shape_of(config), B, T),
+                         flops_per_step=common.train_flops_per_step(shape_of(model.config), B, T),
                          steps_peak_mb=rss.peak, trained_params=trained, final_loss=trainer.history[-1]["loss"])
 
 

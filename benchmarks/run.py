@@ -16,7 +16,8 @@ measured float32 matmul peak (median of several large jnp.dot calls, measured be
 the best measurement counts).
 
 Writes <out>/results.json, results.md and results.png (default out: benchmarks/out/), and with
---write-results also benchmarks/RESULTS.md.
+--write-results also benchmarks/RESULTS.md and RESULTS.png (hand-written notes under "## Notes" in
+RESULTS.md are kept). Where a tunix_lite step's time goes: benchmarks/profile_step.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -272,7 +274,7 @@ def timing_text(args) -> str:
     return f"{usual[0]} timed steps after {usual[1]} warm-up calls" + (f" ({others})" if others else "")
 
 
-def results_md(data: dict, table: str, ratios: str | None, notes: str) -> str:
+def results_md(data: dict, table: str, ratios: str | None, notes: str, plot_file: str | None) -> str:
     m, peak = data["machine"], data["matmul_peak"]
     parts = [
         "# Benchmark results", "",
@@ -288,7 +290,8 @@ def results_md(data: dict, table: str, ratios: str | None, notes: str) -> str:
         f"product: {peak['blas_flops_per_s'] / 1e9:.1f} GFLOP/s",
         f"- memory read bandwidth: {peak['read_bytes_per_s'] / 1e9:.1f} GB/s (jnp.sum over 1 GiB, median; the "
         f"bound for batch-1 decoding)", "",
-        "## Throughput", "", table, ""]
+        "## Throughput", "", table, ""] + ([f"![tokens/s per workload and implementation]({plot_file})", ""]
+                                           if plot_file else [])
     if ratios:
         parts += ["## tunix_lite vs each peer (tokens/s ratio, > 1 = tunix_lite faster)", "", ratios, ""]
     parts += ["## Notes", "", notes.strip(), ""]
@@ -383,12 +386,14 @@ def main(argv=None) -> int:
                 summary=rows, records=records)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(data, indent=1))
-    md = results_md(data, table, ratios, DEFAULT_NOTES)
-    (args.out / "results.md").write_text(md)
-    plot(rows, args.impls, args.out / "results.png")
+    plotted = plot(rows, args.impls, args.out / "results.png")
+    (args.out / "results.md").write_text(results_md(data, table, ratios, DEFAULT_NOTES, plotted and "results.png"))
     if args.write_results:
         path = HERE / "RESULTS.md"
-        path.write_text(results_md(data, table, ratios, existing_notes(path) or DEFAULT_NOTES))
+        if plotted:
+            shutil.copyfile(args.out / "results.png", HERE / "RESULTS.png")
+        notes = existing_notes(path) or DEFAULT_NOTES
+        path.write_text(results_md(data, table, ratios, notes, plotted and "RESULTS.png"))
     print(f"\nfloat32 matmul peak {peak['flops_per_s'] / 1e9:.1f} GFLOP/s; {machine['cpu']}, {machine['cores']} cores, "
           f"load {machine['load_1min']}\n")
     print(table)
