@@ -63,6 +63,23 @@ def gemma_shape(model) -> dict:
                 kv_heads=c.num_key_value_heads, head_dim=c.head_dim, ffn=c.intermediate_size)
 
 
+def training_model(work: dict) -> tuple:
+    """(model, shape, result fields) for a training workload: the random llama-shaped model or the Gemma 3
+    checkpoint, without a generation cache; the fields name the model and, for LoRA runs, the adapters."""
+    if work["shape"] == "llama":
+        shape = common.SHAPES["llama"]
+        model = llama_model(shape)
+        extra = dict(shape="llama", model="transformers.LlamaForCausalLM (random init, seed 0)")
+    else:
+        model = pretrained(_shared.GEMMA_DIR)
+        shape = gemma_shape(model)
+        extra = dict(shape="gemma3-270m", model=f"transformers.{type(model).__name__} ({_shared.GEMMA_DIR})")
+    model.config.use_cache = False
+    if work.get("lora_rank"):
+        extra["lora"] = dict(rank=work["lora_rank"], alpha=work["lora_alpha"], targets=list(common.LORA_TARGETS))
+    return model, shape, extra
+
+
 def lora_config(work: dict):
     import peft
 

@@ -38,20 +38,11 @@ def main():
 
 
 def run_train(args, work):
-    if work["shape"] == "llama":
-        shape = common.SHAPES["llama"]
-        model = tc.llama_model(shape)
-        extra = dict(shape="llama", model="transformers.LlamaForCausalLM (random init, seed 0)")
-    else:
-        model = tc.pretrained(_shared.GEMMA_DIR)
-        shape = tc.gemma_shape(model)
-        extra = dict(shape="gemma3-270m", model=f"transformers.{type(model).__name__} ({_shared.GEMMA_DIR})")
-    model.config.use_cache = False
+    model, shape, extra = tc.training_model(work)
     if work.get("lora_rank"):
         import peft
 
         model = peft.get_peft_model(model, tc.lora_config(work))
-        extra["lora"] = dict(rank=work["lora_rank"], alpha=work["lora_alpha"], targets=list(common.LORA_TARGETS))
     model.train()
     extra |= tc.torch_fields(model) | dict(trainable_params=tc.trainable_params(model))
 

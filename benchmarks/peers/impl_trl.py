@@ -44,18 +44,8 @@ def main():
     import trl
 
     work = common.WORKLOADS[args.workload]
-    if work["shape"] == "llama":
-        shape = common.SHAPES["llama"]
-        model = tc.llama_model(shape)
-        extra = dict(shape="llama", model="transformers.LlamaForCausalLM (random init, seed 0)")
-    else:
-        model = tc.pretrained(_shared.GEMMA_DIR)
-        shape = tc.gemma_shape(model)
-        extra = dict(shape="gemma3-270m", model=f"transformers.{type(model).__name__} ({_shared.GEMMA_DIR})")
-    model.config.use_cache = False
+    model, shape, extra = tc.training_model(work)
     peft_config = tc.lora_config(work) if work.get("lora_rank") else None
-    if peft_config is not None:
-        extra["lora"] = dict(rank=work["lora_rank"], alpha=work["lora_alpha"], targets=list(common.LORA_TARGETS))
 
     batch, seq = work["batch"], work["seq"]
     total_steps = 1 + max(args.warmup - 1, 0) + args.steps
