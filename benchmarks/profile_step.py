@@ -72,7 +72,7 @@ def main():
     for _ in range(2):
         trainer.step(batch)
     compiled = train_step.lower(trainer.model, trainer.optimizer, batch, loss_fn=trainer.loss_fn, wrt=trainer.wrt,
-                                micro_batches=trainer.micro_batches).compile()  # the cached executable
+                                micro_batches=trainer.micro_batches).compile()  # the step's program, for its op names
     ops = op_table(compiled.as_text())
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
