@@ -70,14 +70,14 @@ def main():
 
     trainer, batch = impl_tunix_lite.train_setup(common.WORKLOADS[args.workload])
     for _ in range(2):
-        trainer.step(batch)
-    compiled = train_step.lower(trainer.model, trainer.optimizer, batch, loss_fn=trainer.loss_fn, wrt=trainer.wrt,
-                                micro_batches=trainer.micro_batches).compile()  # the step's program, for its op names
+        float(trainer.step(batch)["loss"])
+    compiled = train_step.lower(trainer.model, trainer.optimizer, trainer.frozen, batch, loss_fn=trainer.loss_fn,
+                                wrt=trainer.wrt, micro_batches=trainer.micro_batches).compile()  # the step's program, for its op names
     ops = op_table(compiled.as_text())
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
         for _ in range(args.steps):
-            trainer.step(batch)
+            float(trainer.step(batch)["loss"])
         jax.profiler.stop_trace()
         durations = op_durations(trace_dir)
 

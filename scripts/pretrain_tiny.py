@@ -21,7 +21,8 @@ from flax import nnx
 from tunix_lite.data.packing import pack_documents
 from tunix_lite.data.synthetic import pretraining_corpus
 from tunix_lite.models import Transformer, get_config
-from tunix_lite.tokenizer import Tokenizer, format_chat_with_mask
+from tunix_lite.chat import format_chat_with_mask
+from tunix_lite.tokenizer import Tokenizer
 from tunix_lite.training.losses import lm_loss
 from tunix_lite.training.trainer import Trainer, adamw_cosine
 from tunix_lite.weights.hf import save_hf_model
@@ -31,7 +32,7 @@ ASSETS = Path(__file__).resolve().parents[1] / "tunix_lite" / "assets" / "tiny"
 
 def tokenize(doc: dict, tokenizer: Tokenizer) -> list[int]:
     if "messages" in doc:
-        return format_chat_with_mask(tokenizer, doc["messages"])[0]
+        return format_chat_with_mask(tokenizer, doc["messages"], template="gemma")[0]
     return [tokenizer.bos_id, *tokenizer.encode(doc["text"]), tokenizer.eos_id]
 
 

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from tunix_lite.lora import (LoRALinear, QLoRALinear, apply_lora, count_params, export_merged, load_adapters,
-                             lora_layers, merge_lora, save_adapters)
+                             lora_layers, merge_lora, save_adapters, without_adapters)
 from tunix_lite.models import Transformer, get_config
 from tunix_lite.quantize import NF4, NF4_BLOCK, QuantizedWeight, dequantize, memory_report, quantize
 from tunix_lite.training.losses import lm_loss
@@ -98,6 +98,31 @@ def test_merged_equals_unmerged_and_the_lora_model_is_untouched():
     assert merged.layers[0].attn.q_proj.kernel.get_metadata()["logical_axes"] == ("embed", "heads")
     np.testing.assert_allclose(forward(merged, TOKENS), out, atol=1e-5)
     np.testing.assert_array_equal(forward(model, TOKENS), out)  # "unmerge" is exact: the original is kept
+
+
+def _live_bytes() -> int:
+    """Bytes held by distinct live device buffers (an array shared by two Variables counts once)."""
+    return sum(a.nbytes for a in {id(a): a for a in jax.live_arrays()}.values())
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_reference_without_adapters_is_the_base_and_costs_no_copy(quantize):
+    """LoRA's free reference policy: a view with the adapters off equals the base model while the adapters
+    train, and allocates no second copy of the weights (measured over the live device buffers)."""
+    model = apply_lora(base_model(qk_norm=False), rank=4, alpha=8.0, rngs=nnx.Rngs(1), quantize=quantize)
+    expected = forward(model, TOKENS)  # B = 0: the base (for QLoRA, on its dequantized weights)
+    randomize_b(model)
+    weights = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
+    before = _live_bytes()
+    reference = without_adapters(model)
+    assert _live_bytes() - before < 0.01 * weights  # no new buffers beyond bookkeeping
+    np.testing.assert_allclose(forward(reference, TOKENS), expected, atol=1e-6)
+    assert not np.allclose(forward(model, TOKENS), expected, atol=1e-3)  # the policy itself differs
+    layer = lora_layers(model)[0][1]
+    layer.lora_b.set_value(layer.lora_b[...] + 1.0)  # an optimizer step replaces the adapters' arrays
+    np.testing.assert_allclose(forward(reference, TOKENS), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="no LoRA layers"):
+        without_adapters(base_model())
 
 
 def test_adapter_files_round_trip(tmp_path):

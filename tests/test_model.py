@@ -166,7 +166,29 @@ def test_kv_cache_decode_equals_full_recompute_past_the_window():
     assert int(cache.end) == L
 
 
-def test_hidden_states_are_returned_per_layer():
+def test_hidden_states_and_features():
+    """hidden: the embedding output, then each block's output; features: the final-normed stream the lm head
+    reads, so logits == model.logits(features)."""
     model = random_model(small_config())
-    logits, hidden = model(jnp.ones((1, 3), jnp.int32), return_hidden=True)
-    assert len(hidden) == 6 and hidden[0].shape == (1, 3, 32) and logits.shape == (1, 3, 97)
+    tokens = jnp.ones((1, 3), jnp.int32)
+    logits, hidden = model(tokens, return_hidden=True)
+    assert len(hidden) == 7 and hidden[0].shape == (1, 3, 32) and logits.shape == (1, 3, 97)
+    np.testing.assert_allclose(hidden[0], model._embed(tokens))
+    features = model.features(tokens)
+    np.testing.assert_allclose(features, model.final_norm(hidden[-1]))
+    np.testing.assert_array_equal(model.logits(features), logits)
+
+
+def test_scalar_head_reads_the_features_and_picks_each_rows_last_token():
+    from tunix_lite.models.heads import ScalarHead
+
+    critic = ScalarHead(random_model(small_config(num_layers=1)), rngs=nnx.Rngs(0))
+    tokens = jnp.array([[5, 6, 7, 0], [5, 6, 0, 0]])
+    positions = jnp.array([[0, 1, 2, -1], [0, 1, -1, -1]])
+    assert critic(tokens, positions).shape == (2, 4) and not jnp.any(critic(tokens, positions))  # zero init
+    critic.head.bias[...] = jnp.ones(1)
+    critic.head.kernel[...] = jax.random.normal(jax.random.key(0), (32, 1))
+    values = critic(tokens, positions)
+    np.testing.assert_allclose(critic.last(tokens, positions), [values[0, 2], values[1, 1]])
+    grads = nnx.grad(lambda m: m.last(tokens, positions).sum(), argnums=nnx.DiffState(0, nnx.PathContains("head")))(critic)
+    assert {path for path, _ in nnx.to_flat_state(grads)} == {("head", "bias"), ("head", "kernel")}

@@ -8,7 +8,7 @@ from flax import nnx
 
 from tunix_lite.loading import ASSETS
 from tunix_lite.models import Transformer
-from tunix_lite.sampler import Sampler, left_pad, sample_token, top_k_filter, top_p_filter
+from tunix_lite.sampler import Sampler, _generate_jit, left_pad, sample_token, top_k_filter, top_p_filter
 from tunix_lite.tokenizer import Tokenizer
 
 from test_model import random_model, small_config
@@ -93,11 +93,12 @@ def test_sampling_is_seeded(sampler):
 
 
 def test_compiles_once_per_shape(tokenizer):
-    model = Transformer(small_config(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0))
+    model = Transformer(small_config(vocab_size=tokenizer.vocab_size, num_layers=3), rngs=nnx.Rngs(0))  # a new shape
     sampler = Sampler(model, tokenizer, bucket=8)
+    before = _generate_jit._cache_size()
     for prompt in (["a"], ["bb cc"], ["dd ee ff"]):  # different lengths, same bucket
         sampler.generate(prompt, 4)
-    assert sampler._compiled._cache_size() == 1
+    assert _generate_jit._cache_size() - before == 1
 
 
 def test_text_prompts_and_errors(sampler):
@@ -107,7 +108,30 @@ def test_text_prompts_and_errors(sampler):
     assert prompt[prompt != 0][0] == sampler.tokenizer.bos_id  # text prompts get a BOS
     with pytest.raises(ValueError, match="exceeds the model's context"):
         sampler.generate(["x"], sampler.model.config.max_seq_len)
-    with pytest.raises(ValueError, match="top_p"):
-        sampler.generate(["x"], 2, temperature=1.0, top_p=1.5)
     with pytest.raises(ValueError, match="at least one token"):
         sampler.generate([[]], 2)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(max_new_tokens=0), "max_new_tokens=0"), (dict(temperature=float("nan")), "temperature=nan"),
+    (dict(temperature=-1.0), "temperature=-1.0"), (dict(top_p=1.5), "top_p=1.5"), (dict(top_p=float("nan")), "top_p=nan"),
+    (dict(top_k=0), "top_k=0"), (dict(num_samples=0), "num_samples=0")])
+def test_bad_sampling_settings_are_named(sampler, kwargs, named):
+    with pytest.raises(ValueError, match="invalid sampling settings: " + named.replace("(", r"\(")):
+        sampler.generate(["x"], **({"max_new_tokens": 2} | kwargs))
+
+
+def test_num_samples_share_one_prefill_and_match_repeated_prompts(sampler):
+    """G samples of each prompt (one prefill, its cache copied to G rows) are the rows that sampling the
+    repeated prompt list gives: same tokens, same log-probs; greedy samples of a prompt are all equal."""
+    prompts = [[2, 10, 11, 12, 13, 14, 15], [2, 20, 21]]
+    grouped = sampler.generate(prompts, 8, num_samples=3, temperature=1.0, seed=3)
+    repeated = sampler.generate([p for p in prompts for _ in range(3)], 8, temperature=1.0, seed=3)
+    np.testing.assert_array_equal(grouped.tokens, repeated.tokens)
+    np.testing.assert_allclose(grouped.logprobs, repeated.logprobs, atol=1e-5)
+    assert grouped.tokens.shape == (6, 8) and len(set(map(tuple, grouped.tokens[:3].tolist()))) > 1
+    assert [p.tolist() for p in grouped.prompts] == [p for p in prompts for _ in range(3)]
+    np.testing.assert_array_equal(grouped.mask.sum(1), grouped.lengths)
+    greedy = sampler.generate(prompts, 6, num_samples=2)
+    np.testing.assert_array_equal(greedy.tokens[0], greedy.tokens[1])
+

@@ -237,3 +237,23 @@ def test_tokenizer_round_trips_the_corpus_without_byte_fallback(sp):
             ids = sp.encode(text)
             assert sp.decode(ids) == text
             assert not any(sp.is_byte(i) or sp.is_unknown(i) for i in ids), text
+
+
+def test_the_answer_budget_fits_every_reference_completion():
+    """TaskEval's default budget follows the data: a model that wrote the reference reply (and then stopped)
+    would be cut off nowhere and score full marks, in every domain, validation and test splits alike."""
+    from tunix_lite.evaluation import answer_budget
+
+    _, tokenizer = tunix_lite.load("tiny")
+    rows = [ex for split in ("validation", "test") for domain in syn.DOMAINS
+            for ex in syn.generate(domain, 40, seed=11, split=split)]
+    budget = answer_budget(tokenizer, [r["completion"] for r in rows])
+    for r in rows:
+        stop = tokenizer.piece_to_id("<end_of_turn>")
+        reply = tokenizer.encode(r["completion"]) + [stop]
+        assert len(reply) <= budget, r
+        text = tokenizer.decode([t for t in reply[:budget] if t != stop])  # as the sampler decodes it
+        assert syn.reward_exact_match(None, [text], [r["answer"]]) == [1.0]
+        assert syn.reward_format(None, [text]) == [1.0]
+    sort_longest = max(len(tokenizer.encode(r["completion"])) for r in rows if r["domain"] == "sort")
+    assert sort_longest > 48  # the old fixed budget of 48 tokens cut the sort domain's reasoning off

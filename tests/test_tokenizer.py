@@ -12,16 +12,9 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from tunix_lite.tokenizer import (
-    HFJsonTokenizer,
-    Tokenizer,
-    UnknownPieceError,
-    format_chat,
-    format_chat_with_mask,
-    load_tokenizer,
-    sentencepiece_proto,
-    stop_ids,
-)
+from tunix_lite.chat import format_chat, format_chat_with_mask, stop_ids, template_for
+from tunix_lite.tokenizer import HFJsonTokenizer, Tokenizer, UnknownPieceError, load_tokenizer, padding_id
+from tunix_lite.weights.gguf import sentencepiece_proto
 
 WORDS = (
     "the a cat dog sat on mat runs fast slow red blue green model user system answer question hello world is what"
@@ -66,7 +59,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model):
-    return Tokenizer.from_file(tiny_model)
+    return Tokenizer.from_file(tiny_model, chat_template="gemma")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -103,7 +96,7 @@ def test_encode_decode_specials(tiny):
 
 
 # ------------------------------------------------------------------------------------------------------
-# GGUF vocabulary -> SentencePiece (the logic of Tokenizer.from_gguf, on a hand-made vocabulary)
+# GGUF vocabulary -> SentencePiece (the logic of weights.gguf.tokenizer_from_gguf, on a hand-made vocabulary)
 
 
 def test_sentencepiece_proto_from_gguf_style_vocab():
@@ -192,6 +185,17 @@ def test_bad_messages(tiny, messages, match):
 def test_unknown_template(tiny):
     with pytest.raises(ValueError, match="unknown chat template 'chatml'; known: gemma, llama3, qwen3"):
         format_chat(tiny, [{"role": "user", "content": "hi"}], template="chatml")
+
+
+def test_template_and_stop_ids_come_from_the_model_family(tiny_model):
+    """One place decides them: load() stores the family's template on the tokenizer, and stop_ids and
+    format_chat read it; a bare tokenizer stops at eos only and asks for a template to format a chat."""
+    assert [template_for(f) for f in ("gemma3", "llama3", "qwen3")] == ["gemma", "llama3", "qwen3"]
+    bare = Tokenizer.from_file(tiny_model)
+    assert stop_ids(bare) == [bare.eos_id]
+    with pytest.raises(ValueError, match="no chat template: pass template="):
+        format_chat(bare, [{"role": "user", "content": "hi"}])
+    assert padding_id(bare) == bare.pad_id
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -388,7 +392,7 @@ def gemma(gemma3_dir):
     """Our tokenizer as the one-time conversion built it from the GGUF metadata, and the GGUF itself."""
     from tunix_lite.weights.gguf import gemma3_gguf_path
 
-    return Tokenizer.from_file(gemma3_dir / "tokenizer.model"), gemma3_gguf_path()
+    return Tokenizer.from_file(gemma3_dir / "tokenizer.model", chat_template="gemma"), gemma3_gguf_path()
 
 
 @pytest.fixture(scope="module")
@@ -458,3 +462,23 @@ def test_gemma_chat_matches_hf_template(gemma, hf_gemma, messages, add_generatio
     )
     expected = hf_gemma.encode(text, add_special_tokens=False)  # the text already starts with <bos>
     assert format_chat(gemma[0], messages, add_generation_prompt=add_generation_prompt) == expected
+
+
+def test_generate_chat_uses_the_checkpoint_family_template(qwen_like_dir, capsys):
+    """`tunix-lite generate --chat` on a Qwen 3 checkpoint writes ChatML and stops at <|im_end|> (a Gemma
+    default would fail: <start_of_turn> is not in this vocabulary)."""
+    from flax import nnx
+
+    from tunix_lite.cli import main
+    from tunix_lite.loading import load
+    from tunix_lite.models import Transformer, get_config
+    from tunix_lite.weights.hf import save_hf_model
+
+    vocab = load_tokenizer(qwen_like_dir).vocab_size
+    config = get_config("qwen3-0.6b").replace(vocab_size=vocab, embed_dim=32, num_layers=1, num_heads=2,
+                                                num_kv_heads=1, head_dim=16, mlp_dim=48)
+    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), qwen_like_dir)
+    _, tok = load(qwen_like_dir)
+    assert tok.chat_template == "qwen3" and tok.piece_to_id("<|im_end|>") in stop_ids(tok)
+    assert format_chat(tok, [{"role": "user", "content": "hi"}])[0] == tok.piece_to_id("<|im_start|>")
+    assert main(["generate", "--model", str(qwen_like_dir), "--chat", "--prompt", "hi", "--max-new-tokens", "3"]) == 0

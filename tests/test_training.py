@@ -21,6 +21,7 @@ def test_packing_rows_segments_and_boundary_weights():
     # the target "2" starts a new document: not predicted from the previous one
     assert batch["weights"][0].tolist() == [1, 1, 1, 0, 1]
     assert batch["positions"][0].tolist() == [0, 1, 2, 3, 0]
+    assert batch["segment_ids"][0].tolist() == [1, 1, 1, 1, 2]  # 0 is padding everywhere in tunix_lite.data
     assert batch["inputs"][1, 0] == batch["targets"][0, -1]  # rows continue the stream without a gap
 
 
@@ -28,7 +29,7 @@ def test_next_token_loss_closed_form():
     logits = jnp.log(jnp.array([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]]))
     loss, metrics = next_token_loss(logits, jnp.array([[0, 1]]), jnp.array([[1.0, 0.0]]))
     assert float(loss) == pytest.approx(np.log(2), rel=1e-6)  # the masked position does not count
-    assert float(metrics["tokens"]) == 1.0
+    assert float(metrics["count"]) == 1.0
 
 
 def test_trainer_lowers_the_loss_on_a_memorisable_batch():

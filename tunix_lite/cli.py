@@ -1,9 +1,8 @@
-"""`tunix-lite` command line: info, generate, sft (and the course's grade / build-exercises)."""
+"""`tunix-lite` command line: info, generate, train, sft (and the course's grade / build-exercises)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import platform
 import sys
 import time
@@ -34,9 +33,9 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    from tunix_lite.chat import format_chat
     from tunix_lite.loading import load
     from tunix_lite.sampler import Sampler
-    from tunix_lite.tokenizer import format_chat
 
     model, tokenizer = load(args.model, verbose=True)
     sampler = Sampler(model, tokenizer)
@@ -51,14 +50,13 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def cmd_sft(args) -> int:
-    from tunix_lite.training.sft import SFTConfig, run_sft
+def cmd_train(args) -> int:
+    from tunix_lite.training import algorithms
 
-    config = SFTConfig.from_yaml(args.config)
     overrides = {key: value for key, value in (("steps", args.steps), ("output_dir", args.output_dir),
                                                ("model", args.model)) if value is not None}
-    config = SFTConfig.from_dict(dataclasses.asdict(config) | overrides)
-    result = run_sft(config)
+    config = algorithms.load_config(args.config, algorithm="sft" if args.command == "sft" else None, **overrides)
+    result = algorithms.run(config)
     print(f"[{len(result.history)} steps in {result.seconds:.0f} s]", file=sys.stderr)
     return 0
 
@@ -80,12 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.set_defaults(fn=cmd_generate)
 
-    sft = sub.add_parser("sft", help="supervised fine-tuning (full, LoRA or QLoRA) from a YAML config")
-    sft.add_argument("--config", required=True, help="YAML file of SFTConfig keys, e.g. configs/sft_tiny.yaml")
-    sft.add_argument("--steps", type=int, default=None, help="override the config's steps")
-    sft.add_argument("--model", default=None, help="override the config's model")
-    sft.add_argument("--output-dir", default=None, help="override the config's output_dir")
-    sft.set_defaults(fn=cmd_sft)
+    for name, text in (("train", "train with any algorithm from a YAML config (its `algorithm:` key: "
+                                 "sft | dpo | grpo | distill)"),
+                       ("sft", "supervised fine-tuning (full, LoRA or QLoRA) from a YAML config")):
+        train = sub.add_parser(name, help=text)
+        train.add_argument("--config", required=True, help="YAML file of config keys, e.g. configs/sft_tiny.yaml")
+        train.add_argument("--steps", type=int, default=None, help="override the config's steps")
+        train.add_argument("--model", default=None, help="override the config's model")
+        train.add_argument("--output-dir", default=None, help="override the config's output_dir")
+        train.set_defaults(fn=cmd_train)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")

@@ -8,30 +8,48 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flax import nnx
 
+from tunix_lite.chat import format_chat
 from tunix_lite.data.synthetic import reward_exact_match, reward_format
 from tunix_lite.sampler import Sampler
-from tunix_lite.tokenizer import format_chat, stop_ids
+
+ANSWER_MARGIN = 16  # tokens beyond the longest reference completion: room for a longer (wrong) answer
+
+
+def answer_budget(tokenizer, completions: Sequence[str], margin: int = ANSWER_MARGIN) -> int:
+    """max_new_tokens that lets every reference completion finish: its tokens, the end-of-turn token, and
+    `margin` more. A fixed budget cut the sort domain's reasoning off and under-reported accuracy."""
+    return max(len(tokenizer.encode(c)) for c in completions) + 1 + margin
 
 
 class TaskEval:
-    """Greedy answers to `records` ({"prompt", "answer"[, "domain"]}) scored by exact match of the tagged answer
-    and by format. One sampler and fixed batch shapes (the last batch is padded by repeating a prompt), so
-    evaluating again during training compiles nothing new."""
+    """Greedy answers to `records` ({"prompt", "answer"[, "completion", "domain"]}) scored by exact match of the
+    tagged answer and by format. One sampler and fixed batch shapes (the last batch is padded by repeating a
+    prompt), so evaluating again during training compiles nothing new; the sampler reads the model's current
+    weights at every call.
 
-    def __init__(self, model: nnx.Module, tokenizer, records: Sequence[Mapping], *, template: str = "gemma",
-                 max_new_tokens: int = 48, batch_size: int = 32):
+    max_new_tokens: None sizes the budget from the records' reference completions (`answer_budget`), so that
+    every correct answer fits; records without a "completion" column need an explicit budget.
+    """
+
+    def __init__(self, model: nnx.Module, tokenizer, records: Sequence[Mapping], *, template: str | None = None,
+                 max_new_tokens: int | None = None, batch_size: int = 32):
         if not records:
             raise ValueError("TaskEval needs at least one record")
         missing = [k for k in ("prompt", "answer") if k not in records[0]]
         if missing:
             raise ValueError(f"evaluation records need {missing} (columns: {sorted(records[0])})")
-        self.records, self.max_new_tokens, self.batch_size = list(records), max_new_tokens, batch_size
+        self.records, self.batch_size = list(records), batch_size
+        if max_new_tokens is None:
+            if "completion" not in self.records[0]:
+                raise ValueError("TaskEval: records without a 'completion' column need max_new_tokens")
+            max_new_tokens = answer_budget(tokenizer, [r["completion"] for r in self.records])
+        self.max_new_tokens = max_new_tokens
         self.prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=template)
                         for r in self.records]
-        self.sampler = Sampler(model, tokenizer, stop_ids=stop_ids(tokenizer, template))
+        self.model = model
+        self.sampler = Sampler(model, tokenizer)
 
     def completions(self) -> list[str]:
-        self.sampler.refresh()  # the model may have trained since the last call
         texts = []
         for start in range(0, len(self.prompts), self.batch_size):
             chunk = self.prompts[start:start + self.batch_size]
@@ -42,7 +60,7 @@ class TaskEval:
     def __call__(self, model: nnx.Module | None = None) -> dict[str, float]:
         """{"accuracy", "format", "accuracy/<domain>"...}; `model` is accepted for Trainer.fit's eval_fn
         signature and must be the model this evaluator was built on."""
-        if model is not None and model is not self.sampler.model:
+        if model is not None and model is not self.model:
             raise ValueError("TaskEval was built on a different model")
         texts = self.completions()
         correct = reward_exact_match(None, texts, [r["answer"] for r in self.records])

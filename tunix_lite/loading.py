@@ -39,6 +39,25 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
                      "a local checkpoint directory (config.json + *.safetensors + tokenizer), or a hub id like org/name")
 
 
+def model_config(name_or_path: str | Path):
+    """The ModelConfig a name or path loads, read without loading (or converting, or downloading) weights;
+    None for a hub id that is not a preset (its config.json is only known after the download)."""
+    import json
+
+    from tunix_lite.models.config import PRESETS
+    from tunix_lite.weights.hf import config_from_hf
+
+    name = str(name_or_path)
+    if name == "tiny":
+        name = str(ASSETS / "tiny")
+    elif name in PRESETS:
+        return PRESETS[name]
+    config_file = Path(name).expanduser() / "config.json"
+    if config_file.is_file():
+        return config_from_hf(json.loads(config_file.read_text()))
+    return None
+
+
 def download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
@@ -60,7 +79,7 @@ def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
 
     start = time.perf_counter()
     directory = resolve_checkpoint(name_or_path)
-    model, tokenizer = load_hf_model(directory), load_tokenizer(directory)
+    model, tokenizer = load_hf_model(directory), load_tokenizer(directory)  # the tokenizer knows the family's chat template
     if verbose:
         print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return model, tokenizer

@@ -46,6 +46,7 @@ class LoRALinear(nnx.Module):
                                     logical_axes=(self.axes[0], None))
         self.lora_b = nnx.LoRAParam(jnp.zeros((rank, dout)), logical_axes=(None, self.axes[1]))
         self.scale = alpha / rank
+        self.use_adapters = True  # False in `without_adapters` views: the layer is its frozen base
         # No rng stream when unused: it would be extra state carried through every jitted step.
         self.dropout = nnx.Dropout(dropout, rngs=rngs if dropout else None)
 
@@ -60,6 +61,8 @@ class LoRALinear(nnx.Module):
         dtype = self.dtype or x.dtype
         x = x.astype(dtype)
         y = x @ self.base_kernel().astype(dtype)
+        if not self.use_adapters:
+            return y
         # (x @ A) @ B, never A @ B: r is small, so this is 2r(in + out) flops per token, not in * out.
         update = (self.dropout(x) @ self.lora_a[...].astype(dtype)) @ self.lora_b[...].astype(dtype)
         return y + self.scale * update
@@ -141,6 +144,24 @@ def merge_lora(model: nnx.Module) -> nnx.Module:
                             kernel_init=lambda *_, k=kernel: k, kernel_metadata={"logical_axes": layer.axes})
         _set_submodule(merged, path, linear)
     return merged
+
+
+def without_adapters(model: nnx.Module) -> nnx.Module:
+    """The base model under the adapters, as a view: a copy of the module tree whose LoRA layers skip their
+    adapters, sharing every base array with `model` (nnx.clone copies Variables, not the arrays inside them).
+
+    This is the free reference policy of LoRA preference tuning and RL: the frozen base never changes, so
+    the view stays the base while the adapters train, and costs no second copy of the weights. Pass it as the
+    trainer's `frozen`."""
+    view = nnx.clone(model)
+    layers = lora_layers(view)
+    if not layers:
+        raise ValueError("without_adapters: the model has no LoRA layers (apply_lora first, or use nnx.clone(model) "
+                         "as the frozen reference of full fine-tuning)")
+    for _, layer in layers:
+        layer.use_adapters = False
+    view.eval()
+    return view
 
 
 def count_params(model: nnx.Module, filter=nnx.Param) -> int:

@@ -3,12 +3,15 @@
 Prompts are left-padded to a common length so every row writes its next token into the same cache
 slot; a position of -1 marks padding. `prefill` runs the prompt in one pass, then a `lax.while_loop`
 samples and decodes one token per step until every row has hit a stop token or the budget.
+
+The sampler is also the RL rollout engine: it always samples from the model's current weights (it reads them
+at every call, so training steps, checkpoint restores and adapter changes need no refresh), and
+`num_samples=G` draws G completions per prompt from one prefill of that prompt.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Sequence
 
 import jax
@@ -16,7 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tunix_lite.chat import stop_ids as chat_stop_ids
 from tunix_lite.models.transformer import KVCache, Transformer
+from tunix_lite.tokenizer import padding_id
 
 _NEG_INF = -jnp.inf
 
@@ -68,18 +73,27 @@ class Strategy:
 
 def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax.Array,
               temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array, *,
-              max_new_tokens: int, strategy: Strategy):
-    """prompt/positions [B, P] (left-padded, position -1 = pad) -> tokens, logprobs [B, N], lengths [B]."""
-    model: Transformer = nnx.merge(graphdef, state)
-    B, P = prompt.shape
-    N = max_new_tokens
-    pad = model.config.pad_id
+              max_new_tokens: int, num_samples: int, pad: int, strategy: Strategy):
+    """prompt/positions [B, P] (left-padded, position -1 = pad) -> tokens, logprobs [B*G, N], lengths [B*G]
+    (row b*G + g is sample g of prompt b)."""
+    model: Transformer = nnx.merge(graphdef, state)  # a copy inside the trace: the caller's model is untouched
+    model.eval()  # no dropout while sampling, whatever mode the caller's model is in
+    G, N = num_samples, max_new_tokens
+
+    def repeat(x):  # [B, ...] -> [B*G, ...]: each prompt's row once per sample
+        return jnp.repeat(x, G, axis=0) if G > 1 else x
 
     if strategy.use_cache:
+        B, P = prompt.shape
         cache = KVCache.init(model.config, B, P + N)
         logits, cache = model.decode(prompt, positions, cache, last_only=True)
-        step_state = cache
+        # one prefill per prompt; its KV entries are copied to the prompt's G sample rows
+        step_state = jax.tree.map(repeat, cache._replace(end=None))._replace(end=cache.end)
+        logits, positions = repeat(logits), repeat(positions)
+        B = B * G
     else:  # recompute the whole sequence every step: the baseline the cache is measured against
+        prompt, positions = repeat(prompt), repeat(positions)
+        B, P = prompt.shape
         buffer = jnp.concatenate([prompt, jnp.full((B, N), pad, prompt.dtype)], axis=1)
         buffer_pos = jnp.concatenate([positions, jnp.full((B, N), -1, positions.dtype)], axis=1)
         logits = model(buffer, buffer_pos)[:, :P]
@@ -120,16 +134,34 @@ def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax
     return tokens, logprobs, lengths
 
 
+_generate_jit = jax.jit(_generate, static_argnames=("graphdef", "max_new_tokens", "num_samples", "pad", "strategy"))
+
+
 # ----------------------------------------------------------------------------- the user-facing sampler
 
 
 @dataclasses.dataclass
 class GenerateOutput:
+    """Rows are prompt-major: with G samples per prompt, row b*G + g is sample g of prompt b."""
+
     texts: list[str]
-    tokens: np.ndarray  # [B, N] generated ids, pad after the stop token
-    logprobs: np.ndarray  # [B, N] log p(token) under the model at temperature 1, 0 after the stop
-    lengths: np.ndarray  # [B] generated tokens per row, the stop token included
-    prompt_tokens: np.ndarray  # [B, P] the left-padded prompts
+    tokens: np.ndarray  # [R, N] generated ids, pad after the stop token
+    logprobs: np.ndarray  # [R, N] log p(token) under the model at temperature 1, 0 after the stop
+    lengths: np.ndarray  # [R] generated tokens per row, the stop token included
+    prompt_tokens: np.ndarray  # [R, P] each row's prompt, left-padded
+    prompt_lengths: np.ndarray  # [R] each row's prompt length without the padding
+    num_samples: int = 1
+
+    @property
+    def mask(self) -> np.ndarray:
+        """[R, N] 1.0 on generated tokens (the stop token included), 0.0 after: the completion mask."""
+        return (np.arange(self.tokens.shape[1]) < self.lengths[:, None]).astype(np.float32)
+
+    @property
+    def prompts(self) -> list[np.ndarray]:
+        """Each row's prompt ids without the left padding."""
+        P = self.prompt_tokens.shape[1]
+        return [row[P - n:] for row, n in zip(self.prompt_tokens, self.prompt_lengths)]
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -147,40 +179,53 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = 32) 
     return tokens, positions
 
 
+def _check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p) -> None:
+    """One line naming the bad value, before anything compiles (NaN would otherwise sample garbage silently)."""
+    problems = []
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        problems.append(f"max_new_tokens={max_new_tokens!r} (need an integer >= 1)")
+    if not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        problems.append(f"num_samples={num_samples!r} (need an integer >= 1)")
+    if not (np.isfinite(temperature) and temperature >= 0):
+        problems.append(f"temperature={temperature} (need a finite number >= 0; 0 is greedy)")
+    if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        problems.append(f"top_k={top_k!r} (need an integer >= 1, or None)")
+    if top_p is not None and not (np.isfinite(top_p) and 0 < top_p <= 1):
+        problems.append(f"top_p={top_p} (need 0 < top_p <= 1, or None)")
+    if problems:
+        raise ValueError("invalid sampling settings: " + "; ".join(problems))
+
+
 class Sampler:
     """Generate from a model + tokenizer:
 
         sampler = Sampler(model, tokenizer)
         out = sampler.generate(["The capital of France is"], max_new_tokens=20)
         out.texts[0]
+
+    Stop ids default to the tokenizer's eos and its chat template's end-of-turn (`tunix_lite.chat.stop_ids`);
+    padding uses `tunix_lite.tokenizer.padding_id`. The model is read at every call, never cached.
     """
 
     def __init__(self, model: Transformer, tokenizer, *, stop_ids: Sequence[int] | None = None,
                  bucket: int = 32):
         self.model, self.tokenizer, self.bucket = model, tokenizer, bucket
-        self.graphdef, self.state = nnx.split(model)
-        self.stop_ids = tuple(stop_ids) if stop_ids is not None else default_stop_ids(tokenizer)
-        self._compiled = jax.jit(functools.partial(_generate, self.graphdef),
-                                 static_argnames=("max_new_tokens", "strategy"))
-
-    def refresh(self):
-        """Pick up parameter changes after training the model in place."""
-        self.state = nnx.state(self.model)
+        self.stop_ids = tuple(stop_ids) if stop_ids is not None else tuple(chat_stop_ids(tokenizer))
+        self.pad_id = padding_id(tokenizer)
 
     def encode(self, prompts: Sequence[str] | Sequence[Sequence[int]], add_bos: bool = True) -> list[list[int]]:
         return [list(p) if not isinstance(p, str) else self.tokenizer.encode(p, add_bos=add_bos) for p in prompts]
 
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int = 64, *,
-                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                 seed: int = 0, use_cache: bool = True) -> GenerateOutput:
-        """Text prompts get a BOS; token-id prompts (e.g. from `format_chat`) are used as given."""
+                 num_samples: int = 1, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, seed: int = 0, use_cache: bool = True) -> GenerateOutput:
+        """Text prompts get a BOS; token-id prompts (e.g. from `format_chat`) are used as given.
+        num_samples=G returns G completions per prompt (rows b*G + g), sampled after one shared prefill."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        if temperature < 0 or (top_p is not None and not 0 < top_p <= 1) or (top_k is not None and top_k < 1):
-            raise ValueError(f"need temperature >= 0, 0 < top_p <= 1, top_k >= 1; got "
-                             f"temperature={temperature}, top_p={top_p}, top_k={top_k}")
+        _check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p)
         ids = self.encode(prompts)
-        tokens, positions = left_pad(ids, self.model.config.pad_id, self.bucket)
+        tokens, positions = left_pad(ids, self.pad_id, self.bucket)
         longest = max(len(p) for p in ids)
         limit = self.model.config.max_seq_len
         if longest + max_new_tokens > limit:
@@ -188,21 +233,14 @@ class Sampler:
                              f"model's context of {limit} tokens; shorten the prompt or generate fewer tokens")
         strategy = Strategy(greedy=temperature == 0.0, top_k=top_k, use_top_p=top_p is not None,
                             use_cache=use_cache)
-        out_tokens, logprobs, lengths = self._compiled(
-            self.state, jnp.asarray(tokens), jnp.asarray(positions), jax.random.key(seed),
+        graphdef, state = nnx.split(self.model)  # the weights as they are now
+        out_tokens, logprobs, lengths = _generate_jit(
+            graphdef, state, jnp.asarray(tokens), jnp.asarray(positions), jax.random.key(seed),
             jnp.float32(temperature or 1.0), jnp.float32(top_p or 1.0), jnp.asarray(self.stop_ids, jnp.int32),
-            max_new_tokens=max_new_tokens, strategy=strategy)
+            max_new_tokens=int(max_new_tokens), num_samples=int(num_samples), pad=self.pad_id, strategy=strategy)
         out_tokens, logprobs, lengths = map(np.asarray, (out_tokens, logprobs, lengths))
         texts = [self.tokenizer.decode([t for t in row[:n] if t not in self.stop_ids])
                  for row, n in zip(out_tokens, lengths)]
-        return GenerateOutput(texts, out_tokens, logprobs, lengths, tokens)
-
-
-def default_stop_ids(tokenizer) -> tuple[int, ...]:
-    """EOS, plus Gemma's <end_of_turn> when the vocabulary has it (chat models end turns with it)."""
-    stops = [tokenizer.eos_id]
-    try:
-        stops.append(tokenizer.piece_to_id("<end_of_turn>"))
-    except (KeyError, ValueError):
-        pass
-    return tuple(stops)
+        G = int(num_samples)
+        return GenerateOutput(texts, out_tokens, logprobs, lengths, np.repeat(tokens, G, axis=0),
+                              np.repeat([len(p) for p in ids], G), G)

@@ -11,15 +11,16 @@ def pack_documents(documents: Iterable[list[int]], seq_len: int, batch_size: int
     """Concatenate documents into one stream and cut it into rows of seq_len + 1 tokens.
 
     Each row gives inputs = row[:-1], targets = row[1:]. segment_ids keep documents from attending to
-    each other; positions count within a document (a document cut across rows continues its positions);
-    a target in a different document than its input gets weight 0.
+    each other (document i of the stream has segment i + 1: as everywhere in tunix_lite.data, 0 would mean
+    padding, and these rows have none); positions count within a document (a document cut across rows
+    continues its positions); a target in a different document than its input gets weight 0.
     """
     row_len = seq_len + 1
     tokens, segments, positions = [], [], []
     rows = []
     for doc_index, doc in enumerate(documents):
         tokens.extend(doc)
-        segments.extend([doc_index] * len(doc))
+        segments.extend([doc_index + 1] * len(doc))
         positions.extend(range(len(doc)))
         while len(tokens) >= row_len:
             rows.append((tokens[:row_len], segments[:row_len], positions[:row_len]))

@@ -5,6 +5,9 @@
     for batch in batches.stream():                              # {inputs, targets, weights, positions, segment_ids}
         trainer.step(batch)
 
+Rows follow the one packing convention of `tunix_lite.data`: segment id 0 is padding (position -1, weight 0),
+real tokens have segment ids 1, 2, ... (one per example in a row), positions restart at 0 for each example.
+
 A record is either {"messages": [{"role", "content"}, ...]} or {"prompt": str, "completion": str} (column
 names configurable). The loss trains on the assistant replies (and the end-of-turn token that closes each,
 so the model learns to stop); `train_on_prompt=True` trains on every token. Row t of a batch predicts
@@ -18,12 +21,14 @@ row index before anything reaches jit.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 
-from tunix_lite.tokenizer import format_chat_with_mask
+from tunix_lite.chat import format_chat_with_mask
+from tunix_lite.data.batches import Batches
+from tunix_lite.tokenizer import padding_id
 
 Truncation = Literal["error", "drop", "truncate"]
 
@@ -81,7 +86,7 @@ def record_messages(record: Mapping, index: int, *, messages_key: str = "message
     return [{"role": "user", "content": record[prompt_key]}, {"role": "assistant", "content": record[completion_key]}]
 
 
-def tokenize_sft(records, tokenizer, *, seq_len: int, template: str = "gemma", train_on_prompt: bool = False,
+def tokenize_sft(records, tokenizer, *, seq_len: int, template: str | None = None, train_on_prompt: bool = False,
                  truncation: Truncation = "error", messages_key: str = "messages", prompt_key: str = "prompt",
                  completion_key: str = "completion") -> SFTData:
     """Format, tokenize and mask every record (a `datasets.Dataset`, or any sequence of dicts).
@@ -126,8 +131,7 @@ def tokenize_sft(records, tokenizer, *, seq_len: int, template: str = "gemma", t
         all_masks.append(mask)
     if not all_ids:
         raise ValueError(f"no examples left ({report})")
-    pad_id = tokenizer.pad_id if tokenizer.pad_id is not None else 0
-    return SFTData(all_ids, all_masks, seq_len, pad_id, report)
+    return SFTData(all_ids, all_masks, seq_len, padding_id(tokenizer), report)
 
 
 def _pieces(ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -180,45 +184,15 @@ def packed_rows(data: SFTData, order: Sequence[int]) -> dict[str, np.ndarray]:
     return out
 
 
-class SFTBatches:
-    """Deterministic batches over `data`: epoch e visits the examples in a permutation seeded by (seed, e).
-
-    Every batch is [batch_size, seq_len] except an epoch's last, which may be shorter (the trainer pads it,
-    so its step does not compile again); `drop_last` skips it instead. With `packing`, several examples share
-    a row (fewer padding tokens, fewer steps per epoch).
-    """
+class SFTBatches(Batches):
+    """Deterministic batches over `data` (see `Batches`): one example per row, right-padded, or with `packing`
+    several examples per row (fewer padding tokens, fewer steps per epoch)."""
 
     def __init__(self, data: SFTData, batch_size: int, *, seed: int = 0, shuffle: bool = True, packing: bool = False,
                  drop_last: bool = False):
-        self.data, self.batch_size, self.seed = data, batch_size, seed
-        self.shuffle, self.packing, self.drop_last = shuffle, packing, drop_last
-
-    def epoch_rows(self, epoch: int) -> dict[str, np.ndarray]:
-        """All rows of one epoch, in order."""
-        n = len(self.data)
-        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
-        return (packed_rows if self.packing else padded_rows)(self.data, order)
-
-    def epoch(self, epoch: int) -> list[dict[str, np.ndarray]]:
-        rows = self.epoch_rows(epoch)
-        total = len(rows["inputs"])
-        stop = total - total % self.batch_size if self.drop_last else total
-        return [{k: v[i:i + self.batch_size] for k, v in rows.items()} for i in range(0, stop, self.batch_size)]
-
-    def stream(self, start: int = 0, epochs: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Batches epoch after epoch (forever unless `epochs`), skipping the first `start`: resuming at
-        step s of a run that took one batch per step continues exactly where it stopped."""
-        epoch, skipped = 0, 0
-        while epochs is None or epoch < epochs:
-            batches = self.epoch(epoch)
-            if not batches:
-                raise ValueError(f"an epoch has no full batch of {self.batch_size} rows (drop_last=True)")
-            for batch in batches:
-                if skipped < start:
-                    skipped += 1
-                    continue
-                yield batch
-            epoch += 1
+        rows_fn = (lambda order: packed_rows(data, order)) if packing else (lambda order: padded_rows(data, order))
+        super().__init__(len(data), rows_fn, batch_size, seed=seed, shuffle=shuffle, drop_last=drop_last)
+        self.data, self.packing = data, packing
 
     def stats(self, epoch: int = 0) -> dict[str, float]:
         """Rows, batches, and how much of each row is real tokens (fill) and trained tokens (trained)."""

@@ -248,6 +248,7 @@ class Transformer(nnx.Module):
         self.layers = nnx.List([Block(c, i, rngs=rngs) for i in range(c.num_layers)])
         self.final_norm = RMSNorm(c.embed_dim, c)
         self.remat = False  # recompute each block's activations in the backward pass (set_training_options)
+        self.logits_chunk = None  # tokens per vocabulary-projection chunk in sequence_log_probs (None: all at once)
         if not c.tie_embeddings:
             self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
 
@@ -257,27 +258,47 @@ class Transformer(nnx.Module):
             x = x * jnp.asarray(math.sqrt(self.config.embed_dim), x.dtype)
         return x
 
-    def _logits(self, x):
-        *lead, D = x.shape
-        x = self.final_norm(x).reshape(-1, D)  # [B*T, D]
+    def head_weight(self) -> jax.Array | None:
+        """The output projection as [D, V] when it is a plain matrix (tied embedding or an untied nnx.Linear),
+        else None (e.g. a LoRA-adapted lm head). `sequence_log_probs` chunks over it; everything else calls
+        `logits`."""
+        if self.config.tie_embeddings:
+            return self.embedder.embedding[...].T
+        return self.lm_head.kernel[...] if type(self.lm_head) is nnx.Linear else None
+
+    def logits(self, features: jax.Array) -> jax.Array:
+        """features [..., D] (after the final norm) -> logits [..., V] in float32."""
+        *lead, D = features.shape
+        x = features.reshape(-1, D)  # [B*T, D]: see the note above _dense
         logits = self.embedder.attend(x) if self.config.tie_embeddings else self.lm_head(x)
         return logits.reshape(*lead, -1).astype(jnp.float32)
+
+    def features(self, tokens: jax.Array, positions: jax.Array | None = None, *,
+                 segment_ids: jax.Array | None = None, return_hidden: bool = False):
+        """tokens [B,T] -> the final-normed residual stream [B,T,D], what the lm head reads: the input of a
+        value head (PPO), of feature distillation and of chunked log-probs. With return_hidden, also the
+        residual stream before the first block and after each block, [L+1] x [B,T,D]."""
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+        x = self._embed(tokens)
+        hidden = [x]
+        run = nnx.remat(_run_block) if self.remat else _run_block
+        for block in self.layers:
+            x = run(block, x, positions, segment_ids)
+            hidden.append(x)
+        x = self.final_norm(x)
+        return (x, hidden) if return_hidden else x
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, *,
                  segment_ids: jax.Array | None = None, return_hidden: bool = False):
         """tokens [B,T] -> logits [B,T,V] (float32). positions default to 0..T-1; a position < 0 marks
         padding. segment_ids [B,T] keep packed sequences from attending to each other.
-        With return_hidden, also returns the residual stream after each block, [L] x [B,T,D]."""
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        x = self._embed(tokens)
-        hidden = []
-        run = nnx.remat(_run_block) if self.remat else _run_block
-        for block in self.layers:
-            x = run(block, x, positions, segment_ids)
-            hidden.append(x)
-        logits = self._logits(x)
-        return (logits, hidden) if return_hidden else logits
+        With return_hidden, also returns the residual stream before the first block and after each block,
+        [L+1] x [B,T,D] (hidden[0] is the scaled embedding, hidden[i] the output of block i)."""
+        out = self.features(tokens, positions, segment_ids=segment_ids, return_hidden=return_hidden)
+        if return_hidden:
+            return self.logits(out[0]), out[1]
+        return self.logits(out)
 
     def decode(self, tokens: jax.Array, positions: jax.Array, cache: KVCache, *,
                last_only: bool = False) -> tuple[jax.Array, KVCache]:
@@ -293,16 +314,20 @@ class Transformer(nnx.Module):
             ks.append(k)
             vs.append(v)
         new_cache = KVCache(tuple(ks), tuple(vs), cache_positions, cache.end + tokens.shape[1])
-        return self._logits(x[:, -1:] if last_only else x), new_cache
+        return self.logits(self.final_norm(x[:, -1:] if last_only else x)), new_cache
 
 
-def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None, remat: bool | None = None):
+def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None, remat: bool | None = None,
+                         logits_chunk: int | None = None):
     """Change how `model` computes, in place, without touching its parameters.
 
     compute_dtype: run matmuls and activations in e.g. "bfloat16" (mixed precision). Parameters stay
     float32, so the optimizer updates float32 masters; norms, softmax, logits and the loss stay float32.
     remat: recompute each block's activations during the backward pass instead of storing them: less
-    memory for more compute (about one extra forward). Returns the model.
+    memory for more compute (about one extra forward).
+    logits_chunk: score tokens (`sequence_log_probs`) this many at a time, so the float32 [B, T, V] logits
+    never exist at once: with Gemma's 262k vocabulary they are 1 GB per 1,024 tokens. 0 turns it off.
+    Returns the model.
     """
     if compute_dtype is not None:
         dtype = jnp.dtype(compute_dtype)
@@ -313,4 +338,8 @@ def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None,
                 module.config = dataclasses.replace(module.config, dtype=dtype.name)
     if remat is not None:
         model.remat = remat
+    if logits_chunk is not None:
+        if logits_chunk < 0:
+            raise ValueError(f"logits_chunk must be >= 0 (0: off), got {logits_chunk}")
+        model.logits_chunk = logits_chunk or None
     return model

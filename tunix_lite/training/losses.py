@@ -1,9 +1,19 @@
-"""Language-model losses as pure functions: arrays in, (loss, metrics) out."""
+"""Log-probabilities and the language-model loss, as pure functions: arrays (or a model and a batch) in.
+
+`sequence_log_probs` is the one way every algorithm scores tokens: SFT's loss, DPO's policy and reference
+log-probs, GRPO's old/reference log-probs and distillation all call it. With a large vocabulary it can work
+through the tokens in chunks so that the float32 [B, T, V] logits never exist at once (see
+`chunked_token_log_probs`).
+"""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+
+from tunix_lite.training.trainer import COUNT
 
 
 def token_log_probs(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -13,20 +23,102 @@ def token_log_probs(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
-def next_token_loss(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> tuple[jax.Array, dict]:
-    """Token-weighted mean cross-entropy. weights [B,T] is 0 on padding (and on prompts for SFT).
+def _chunks(x: jax.Array, size: int) -> jax.Array:
+    """[N, ...] -> [N / size, size, ...], zero-padding N up to a multiple of size."""
+    pad = -x.shape[0] % size
+    x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+    return x.reshape(-1, size, *x.shape[1:])
 
-    Reports the token count as metrics["tokens"]: the trainer weighs micro-batches by it, which makes
-    gradient accumulation exact (sum of token sums / total tokens).
+
+def _chunk_log_probs(x, w, targets):
+    """One chunk: x [C, D], w [D, V], targets [C] -> (log p(targets) [C], softmax [C, V])."""
+    logits = jnp.dot(x, w.astype(x.dtype), preferred_element_type=jnp.float32)  # [C, V]
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+    return picked - lse, jnp.exp(logits - lse[:, None])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def chunked_token_log_probs(features: jax.Array, head: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
+    """log p(targets) [N] from features [N, D] and the output projection head [D, V], `chunk` tokens at a time.
+
+    Equal to token_log_probs(features @ head, targets), but the [N, V] logits never exist: each chunk's [chunk, V]
+    logits are made, used and dropped. The backward pass needs no logits either: the gradient of log p(t) with
+    respect to the features is (onehot(t) - softmax) @ head.T, a [chunk, D] array computed in the forward pass
+    while the chunk's softmax is at hand (the "fused linear cross-entropy" trick). So a LoRA step, whose head is
+    frozen, does the two lm-head matmuls of a plain forward + backward and stores [N, D] instead of [N, V]. A
+    trained head (full fine-tuning) also needs d head, which is recomputed chunk by chunk in the backward pass
+    (one more logits matmul per chunk); when the head is frozen XLA drops that work as dead code.
     """
-    nll = -token_log_probs(logits, targets)
+    return _chunked_forward(features, head, targets, chunk)[0]
+
+
+def _chunked_forward(features, head, targets, chunk):
+    def one(args):
+        x, t = args
+        logp, probs = _chunk_log_probs(x, head, t)
+        probs = probs.at[jnp.arange(t.shape[0]), t].add(-1.0)  # softmax - onehot = -(d log p / d logits)
+        return logp, -jnp.dot(probs, head.T.astype(jnp.float32))  # d log p / d x: [C, D]
+
+    n = features.shape[0]
+    logp, grad_x = jax.lax.map(one, (_chunks(features, chunk), _chunks(targets, chunk)))
+    logp, grad_x = logp.reshape(-1)[:n], grad_x.reshape(-1, features.shape[1])[:n]
+    return logp, (features, head, targets, grad_x)
+
+
+def _chunked_backward(chunk, residuals, g):
+    features, head, targets, grad_x = residuals
+    d_features = (g[:, None] * grad_x).astype(features.dtype)
+
+    def one(d_head, args):  # d head += x.T @ (g * (onehot - softmax)), recomputing the chunk's softmax
+        x, t, gc = args
+        _, probs = _chunk_log_probs(x, head, t)
+        d_logits = -gc[:, None] * probs.at[jnp.arange(t.shape[0]), t].add(-1.0)
+        return d_head + jnp.dot(x.T.astype(jnp.float32), d_logits), None
+
+    d_head, _ = jax.lax.scan(one, jnp.zeros(head.shape, jnp.float32),
+                             (_chunks(features, chunk), _chunks(targets, chunk), _chunks(g, chunk)))
+    return d_features, d_head.astype(head.dtype), None
+
+
+chunked_token_log_probs.defvjp(lambda f, h, t, c: _chunked_forward(f, h, t, c), _chunked_backward)
+
+
+def sequence_log_probs(model, batch: dict) -> jax.Array:
+    """log p(targets[b, t] | inputs[b, :t+1]) [B, T] (float32) for a batch {inputs, targets, positions[,
+    segment_ids]} [B, T]. Padding positions get a value too: mask them with the batch's weights.
+
+    When the model's `logits_chunk` is set (`set_training_options(model, logits_chunk=...)`) and its output
+    projection is a plain matrix, the vocabulary projection runs `logits_chunk` tokens at a time
+    (`chunked_token_log_probs`); otherwise through the full [B, T, V] logits.
+    """
+    features = model.features(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
+    chunk = getattr(model, "logits_chunk", None)
+    head = model.head_weight() if chunk else None
+    if head is None:
+        return token_log_probs(model.logits(features), batch["targets"])
+    B, T, D = features.shape
+    return chunked_token_log_probs(features.reshape(B * T, D), head, batch["targets"].reshape(-1), chunk).reshape(B, T)
+
+
+def masked_mean(values: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sum(values * weights) / sum(weights), sum(weights)); 0 when every weight is 0. The pair is what a loss
+    returns as (loss, metrics["count"]): the mean times its count is exactly the sum, which makes the
+    trainer's count-weighted accumulation exact."""
     weights = weights.astype(jnp.float32)
     count = jnp.sum(weights)
-    loss = jnp.sum(nll * weights) / jnp.where(count > 0, count, 1.0)  # loss * count is exactly the sum
-    return loss, {"loss": loss, "tokens": count}
+    return jnp.sum(values * weights) / jnp.where(count > 0, count, 1.0), count
 
 
-def lm_loss(model, batch: dict) -> tuple[jax.Array, dict]:
-    """Next-token loss of `model` on a batch {inputs, targets, weights, positions, segment_ids} [B,T]."""
-    logits = model(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
-    return next_token_loss(logits, batch["targets"], batch["weights"])
+def next_token_loss(logits: jax.Array, targets: jax.Array, weights: jax.Array) -> tuple[jax.Array, dict]:
+    """Token-weighted mean cross-entropy from logits [B,T,V]. weights [B,T] is 0 on padding (and on prompts for
+    SFT). Reports the token count as metrics["count"]."""
+    loss, count = masked_mean(-token_log_probs(logits, targets), weights)
+    return loss, {"loss": loss, COUNT: count}
+
+
+def lm_loss(model, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
+    """SFT's loss: the mean next-token cross-entropy of `model` over the trained tokens of a batch {inputs,
+    targets, weights, positions[, segment_ids]} [B, T]; metrics["count"] is the number of trained tokens."""
+    loss, count = masked_mean(-sequence_log_probs(model, batch), batch["weights"])
+    return loss, {"loss": loss, COUNT: count}

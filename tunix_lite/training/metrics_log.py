@@ -7,11 +7,18 @@ from pathlib import Path
 
 
 class JsonlLogger:
-    """Appends one JSON object per step to `path` (readable with pandas.read_json(path, lines=True))."""
+    """Appends one JSON object per step to `path` (readable with pandas.read_json(path, lines=True)).
 
-    def __init__(self, path: str | Path):
+    keep_through: a run resumed from the checkpoint at this step first drops the lines of later steps, which
+    the interrupted run logged after its last checkpoint and the resumed run is about to log again."""
+
+    def __init__(self, path: str | Path, *, keep_through: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep_through is not None and self.path.is_file():
+            lines = self.path.read_text().splitlines()
+            kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= keep_through]
+            self.path.write_text("".join(line + "\n" for line in kept))
 
     def __call__(self, metrics: dict) -> None:
         with self.path.open("a") as f:

@@ -1,25 +1,34 @@
-"""The trainer core: a model, an optax optimizer, and a pure loss `loss_fn(model, batch) -> (loss, metrics)`.
+"""The trainer core: a model, an optax optimizer, and a pure loss `loss_fn(model, batch, frozen) -> (loss, metrics)`.
 
-The trainer never knows which algorithm it runs: SFT, DPO, GRPO and distillation differ only in `loss_fn`
-(and in the batch keys it reads). `wrt` chooses which variables train: nnx.Param for full fine-tuning,
-nnx.LoRAParam for adapters.
+The trainer never knows which algorithm it runs: SFT, DPO, GRPO and distillation differ only in `loss_fn`, in the
+batch keys it reads and in what `frozen` holds. `wrt` chooses which variables train: nnx.Param for full
+fine-tuning, nnx.LoRAParam for adapters (plus, e.g., a value head: any nnx filter).
 
-- Compile once: batches are fixed rectangles of numeric arrays; a short last batch is zero-padded
-  (`pad_batch`), so one compiled step serves the whole run.
-- Exact gradient accumulation: each batch is split into `micro_batches` pieces inside the one jitted step
-  (a `lax.scan`, so compile time does not grow with their number). A loss that is a mean over tokens
-  reports their count as metrics["tokens"]; micro-batch i then counts with weight n_i, and the step's
-  gradient is sum_i n_i * grad(loss_i) / sum_i n_i, the gradient of the big batch's token mean. Losses
-  without "tokens" (a mean over pairs or sequences) weigh micro-batches equally, which is exact when they
-  hold the same number of examples. So report "tokens" only if your loss is a mean over those tokens.
-- Metrics come back as floats in `history` (one dict per step): each is the weighted mean over
-  micro-batches, except "tokens", which is the total.
+The conventions every loss follows:
+
+- **Exact means over any unit.** A loss is a mean over some units: tokens (SFT), pairs (DPO), sequences or tokens
+  (GRPO). It reports how many units its mean is over as `metrics["count"]`, and padded rows count zero. The
+  trainer weighs micro-batch i by its count n_i, so the step's gradient is sum_i n_i * grad(loss_i) / sum_i n_i:
+  exactly the gradient of the whole batch's mean, however unevenly the units fall into micro-batches. Every other
+  metric is combined with the same weights, and `evaluate` does the same over batches.
+- **What goes where.** Small per-example values prepared once outside jit ride in the batch: reference log-probs
+  [B], advantages [B], cached top-k teacher logits [B, T, k]. Big or per-micro-batch work (a reference policy or a
+  teacher run on the micro-batch) reaches the loss through `frozen`, an argument of the compiled step: a module
+  (or any pytree of modules and arrays) whose weights enter the program as inputs, never as constants baked in by
+  a closure, and never as full-vocabulary logits in the batch (Gemma's 262k vocabulary x 4,096 tokens in float32
+  would be 4.3 GB outside the micro-batch scan). `frozen` is never differentiated.
+- **Compile once.** Batches are fixed rectangles of numeric arrays with rows first; a short last batch is
+  zero-padded (`pad_batch`), so one compiled step serves the whole run. Micro-batches are split inside the one
+  jitted step by a `lax.scan`, so compile time does not grow with their number.
+- **Metrics stay on the device** until the host needs them: `fit` reads them every `log_every` steps (and before
+  an evaluation or a checkpoint), so the host never waits for a step it has just dispatched. A non-finite loss or
+  gradient norm then stops training and names the step where it first appeared.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +40,8 @@ from tqdm.auto import tqdm
 if TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
     from tunix_lite.training.checkpoint import Checkpoints
 
-LossFn = Callable[[nnx.Module, dict], tuple[jax.Array, dict]]
+LossFn = Callable[[nnx.Module, dict, Any], tuple[jax.Array, dict]]
+COUNT = "count"  # the metric a loss reports: how many units (tokens, pairs, sequences) its mean is over
 
 
 def adamw_cosine(peak_lr: float, total_steps: int, *, warmup_steps: int = 0, weight_decay: float = 0.01,
@@ -62,9 +72,13 @@ def check_batch(batch: dict) -> dict:
     return batch
 
 
+def batch_rows(batch: dict) -> int:
+    return len(next(iter(batch.values())))
+
+
 def pad_batch(batch: dict, rows: int) -> dict:
     """Zero-pad every array's leading (row) dimension to `rows`. Padded rows have zero weights and masks,
-    so they add nothing to a masked loss, and the batch keeps the shape the step was compiled for."""
+    so they count zero in every loss, and the batch keeps the shape the step was compiled for."""
     def pad(x):
         x = np.asarray(x)
         if x.shape[0] > rows:
@@ -79,125 +93,185 @@ def split_micro_batches(batch: dict, k: int) -> dict:
     return {key: x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1) for key, x in batch.items()}
 
 
-def combine_micro_metrics(metrics: dict, weights: jax.Array) -> dict:
-    """Per-micro-batch metrics [k] -> the weighted mean (the big batch's value for a token mean);
-    "tokens" adds up."""
-    total = jnp.sum(weights)
-    out = {key: jnp.sum(weights * value) / jnp.where(total > 0, total, 1.0) for key, value in metrics.items()}
-    return out | ({"tokens": total} if "tokens" in metrics else {})
+def combine_metrics(metrics: dict, counts: jax.Array) -> dict:
+    """Per-piece metrics [k] -> the count-weighted mean over pieces (the whole batch's value for a mean over
+    the units the loss counts); "count" adds up. Pieces with a zero count contribute nothing."""
+    total = jnp.sum(counts)
+    out = {key: jnp.sum(counts * value) / jnp.where(total > 0, total, 1.0)
+           for key, value in metrics.items() if key != COUNT}
+    return out | {COUNT: total}
+
+
+def _count(metrics: dict) -> jax.Array:
+    if COUNT not in metrics:
+        raise KeyError(f"the loss must report metrics[{COUNT!r}], how many units (tokens, pairs, sequences) its "
+                       f"mean is over (0 for an all-padding batch); it reported {sorted(metrics)}")
+    return jnp.asarray(metrics[COUNT], jnp.float32)
 
 
 @partial(nnx.jit, static_argnames=("loss_fn", "wrt", "micro_batches"))
-def train_step(model, optimizer, batch, *, loss_fn: LossFn, wrt, micro_batches: int) -> dict:
-    """One update: the weighted sum of the micro-batches' gradients, then the optimizer. Compiled once per
-    model/optimizer structure, loss and batch shape (new Trainers with the same ones reuse it)."""
+def train_step(model, optimizer, frozen, batch, *, loss_fn: LossFn, wrt, micro_batches: int) -> dict:
+    """One update: the count-weighted sum of the micro-batches' gradients, then the optimizer. Compiled once
+    per model/optimizer/frozen structure, loss and batch shape (new Trainers with the same ones reuse it)."""
     graphdef, params, rest = nnx.split(model, wrt, ...)
+    frozen_graphdef, frozen_state = nnx.split(frozen)
     grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
 
     def accumulate(carry, micro_batch):
         grad_sum, rest = carry  # rest: the state that does not train (e.g. dropout RNG counters) carried along
         model = nnx.merge(graphdef, params, rest, copy=True)  # copy: fresh Variables inside the scan's trace
-        (_, metrics), grads = grad_fn(model, micro_batch)
-        weight = jnp.asarray(metrics.get("tokens", 1.0), jnp.float32)
-        grad_sum = jax.tree.map(lambda s, g: s + weight * g, grad_sum, grads)
-        return (grad_sum, nnx.split(model, wrt, ...)[2]), (metrics, weight)
+        frozen = nnx.merge(frozen_graphdef, frozen_state, copy=True)
+        (_, metrics), grads = grad_fn(model, micro_batch, frozen)
+        count = _count(metrics)
+        grad_sum = jax.tree.map(lambda s, g: s + count * g, grad_sum, grads)
+        return (grad_sum, nnx.split(model, wrt, ...)[2]), metrics | {COUNT: count}
 
     zeros = jax.tree.map(jnp.zeros_like, params)
-    (grad_sum, rest), (metrics, weights) = jax.lax.scan(accumulate, (zeros, rest),
-                                                        split_micro_batches(batch, micro_batches))
-    total = jnp.sum(weights)
+    (grad_sum, rest), metrics = jax.lax.scan(accumulate, (zeros, rest), split_micro_batches(batch, micro_batches))
+    total = jnp.sum(metrics[COUNT])
     grads = jax.tree.map(lambda g: g / jnp.where(total > 0, total, 1.0), grad_sum)
     nnx.update(model, rest)
     optimizer.update(model, grads)
-    return combine_micro_metrics(metrics, weights) | {"grad_norm": optax.tree.norm(grads)}
+    return combine_metrics(metrics, metrics[COUNT]) | {"grad_norm": optax.tree.norm(grads)}
 
 
 class Trainer:
-    """Train `model` on `loss_fn` with optax `tx`; see the module docstring for the conventions."""
+    """Train `model` on `loss_fn` with optax `tx`; see the module docstring for the conventions.
+
+    frozen: what `loss_fn` receives as its third argument (None by default): a reference policy, a teacher, or a
+    pytree of them. Put it in eval mode (no dropout): it is read, never updated.
+    """
 
     def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *,
-                 wrt=nnx.Param, micro_batches: int = 1):
+                 wrt=nnx.Param, micro_batches: int = 1, frozen: Any = None):
+        if micro_batches < 1:
+            raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
         self.model, self.loss_fn, self.wrt, self.micro_batches = model, loss_fn, wrt, micro_batches
+        self.frozen = frozen
         self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
-        self.history: list[dict] = []
+        self._history: list[dict] = []  # on the host: one dict of floats per step
+        self._pending: list[dict] = []  # steps dispatched whose metrics are still on the device
         self._rows = None  # the batch rows the step was compiled for; shorter batches get padded
 
+    @property
+    def steps_done(self) -> int:
+        return len(self._history) + len(self._pending)
+
+    @property
+    def history(self) -> list[dict]:
+        """Every step's metrics as floats (reading it waits for the steps in flight)."""
+        self.flush()
+        return self._history
+
     def step(self, batch: dict) -> dict:
-        """One optimizer update on `batch`; returns (and appends to history) its metrics as floats."""
+        """Dispatch one optimizer update on `batch`; returns its metrics as device scalars without waiting
+        for them (float() one to wait). `history` gets them at the next `flush`."""
         batch = check_batch(batch)
-        rows = len(next(iter(batch.values())))
+        rows = batch_rows(batch)
         self._rows = self._rows or rows
         if rows < self._rows:  # the last, short batch: pad instead of compiling a second step
             batch, rows = pad_batch(batch, self._rows), self._rows
         if rows % self.micro_batches:
             raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
-        metrics = train_step(self.model, self.optimizer, batch, loss_fn=self.loss_fn, wrt=self.wrt,
+        metrics = train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn, wrt=self.wrt,
                              micro_batches=self.micro_batches)
-        step = len(self.history) + 1
-        metrics = {"step": step} | {k: float(v) for k, v in metrics.items()}
-        for key in ("loss", "grad_norm"):
-            if not np.isfinite(metrics[key]):
-                raise FloatingPointError(f"{key} became {metrics[key]} at step {step}; lower the learning rate "
-                                         "or check the data (the parameters now hold non-finite values)")
-        self.history.append(metrics)
+        metrics = {"step": self.steps_done + 1} | metrics
+        self._pending.append(metrics)
         return metrics
+
+    def flush(self) -> list[dict]:
+        """Bring the pending steps' metrics to the host (one transfer), append them to history and return them.
+        A non-finite loss or gradient norm raises FloatingPointError naming the first step where it appeared;
+        history then ends just before that step."""
+        if not self._pending:
+            return []
+        pending, self._pending = jax.device_get(self._pending), []
+        new = [{k: (v if k == "step" else float(v)) for k, v in m.items()} for m in pending]
+        for i, metrics in enumerate(new):
+            for key in ("loss", "grad_norm"):
+                if not np.isfinite(metrics[key]):
+                    self._history.extend(new[:i])
+                    seen = f" (noticed at step {new[-1]['step']})" if i < len(new) - 1 else ""
+                    raise FloatingPointError(
+                        f"{key} became {metrics[key]} at step {metrics['step']}{seen}; lower the learning rate or "
+                        "check the data (the parameters now hold non-finite values)")
+        self._history.extend(new)
+        return new
 
     def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
-            checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = ()) -> list[dict]:
-        """Run `steps` steps (fewer if `batches` runs out).
+            checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = (),
+            meta: Callable[[], dict] | None = None) -> list[dict]:
+        """Run `steps` steps (fewer if `batches` runs out); returns the history.
 
-        eval_fn(model) -> {name: number} runs every `eval_every` steps and after the last one; its results
-        join that step's history entry as "eval_<name>". `checkpoints` saves every `checkpoints.every`
-        steps and after the last one. Each of `loggers` gets every step's metrics (see metrics_log).
+        eval_fn(model) -> {name: number} runs every `eval_every` steps (0: never in between) and always after the
+        last one; its results join that step's history entry as "eval_<name>". `checkpoints` saves every
+        `checkpoints.every` steps and after the last one (with `meta()`'s dict beside the history). Each of
+        `loggers` gets every step's metrics when they reach the host (see metrics_log).
         """
-        bar = tqdm(range(steps), desc=desc)
-        last = len(self.history) + steps
-        for _, batch in zip(bar, batches):
-            metrics = self.step(batch)
-            if eval_fn is not None and eval_every and (metrics["step"] % eval_every == 0 or metrics["step"] == last):
-                metrics.update({f"eval_{k}": float(v) for k, v in eval_fn(self.model).items()})
-            for log in loggers:
-                log(metrics)
-            if checkpoints is not None:
-                self.save(checkpoints)
-            if metrics["step"] % log_every == 0:
-                bar.set_postfix(loss=f"{metrics['loss']:.3f}")
-        if checkpoints is not None and self.history:
-            self.save(checkpoints, force=True)
+        if log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {log_every}")
+        bar = tqdm(total=steps, desc=desc)
+        last = self.steps_done + steps
+        try:
+            for _, batch in zip(range(steps), batches):
+                step = self.step(batch)["step"]
+                evaluate_now = eval_fn is not None and ((eval_every and step % eval_every == 0) or step == last)
+                save_now = checkpoints is not None and step % checkpoints.every == 0
+                if evaluate_now or save_now or step % log_every == 0 or step == last:
+                    new = self.flush()
+                    if evaluate_now:
+                        new[-1].update({f"eval_{k}": float(v) for k, v in eval_fn(self.model).items()})
+                    for entry in new:
+                        for log in loggers:
+                            log(entry)
+                    if save_now:
+                        self.save(checkpoints, meta=meta)
+                    bar.update(len(new))
+                    bar.set_postfix(loss=f"{new[-1]['loss']:.3f}")
+            for entry in self.flush():  # `batches` ran out before `steps`
+                for log in loggers:
+                    log(entry)
+        finally:
+            bar.close()
+        if checkpoints is not None and self._history:
+            self.save(checkpoints, force=True, meta=meta)
             checkpoints.wait()
-        return self.history
+        return self._history
 
-    def save(self, checkpoints: Checkpoints, *, force: bool = False) -> bool:
+    def save(self, checkpoints: Checkpoints, *, force: bool = False, meta: Callable[[], dict] | None = None) -> bool:
         """Save model, optimizer and history at the current step if it is due (or `force`)."""
-        step = len(self.history)
-        return checkpoints.save(step, self.model, self.optimizer, meta={"history": self.history}, force=force)
+        history = self.history
+        extra = meta() if meta is not None else {}
+        return checkpoints.save(len(history), self.model, self.optimizer, meta={"history": history} | extra,
+                                force=force)
 
-    def restore(self, checkpoints: Checkpoints, step: int | None = None) -> int:
-        """Load a checkpoint (the latest by default) into this trainer; returns its step. The trainer takes
-        one batch per step, so resume the data stream at batch index `step`."""
+    def restore(self, checkpoints: Checkpoints, step: int | None = None) -> dict:
+        """Load a checkpoint (the latest by default) into this trainer; returns its meta ("step", "history",
+        and what `fit`'s `meta` added). The trainer takes one batch per step, so resume the data stream at
+        batch index meta["step"]."""
+        self.flush()
         meta = checkpoints.restore(self.model, self.optimizer, step=step)
-        self.history = meta["history"]
-        return meta["step"]
+        self._history = meta["history"]
+        return meta
 
 
-_eval_metrics = nnx.jit(lambda model, batch, loss_fn: loss_fn(model, batch)[1], static_argnums=2)
+_eval_metrics = nnx.jit(lambda model, frozen, batch, loss_fn: loss_fn(model, batch, frozen)[1], static_argnums=3)
 
 
-def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict]) -> dict:
-    """loss_fn's metrics over `batches` without training, combined as for micro-batches (weighted by
-    "tokens" when reported). Short batches are padded; `loss_fn` is a static argument, so pass the same
-    function object each time (a new lambda or partial compiles again)."""
+def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict], *, frozen: Any = None) -> dict:
+    """loss_fn's metrics over `batches` without training, weighted by each batch's count as in a step (so the
+    result is the mean over every unit of every batch). Short batches are padded; `loss_fn` is a static
+    argument, so pass the same function object each time (a new lambda or partial compiles again)."""
     per_batch, rows = [], None
     for batch in batches:
         batch = check_batch(batch)
-        rows = rows or len(next(iter(batch.values())))
-        per_batch.append(_eval_metrics(model, pad_batch(batch, rows), loss_fn))
+        rows = rows or batch_rows(batch)
+        per_batch.append(_eval_metrics(model, frozen, pad_batch(batch, rows), loss_fn))
     if not per_batch:
         raise ValueError("evaluate got no batches")
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_batch)
-    weights = stacked.get("tokens", jnp.ones(len(per_batch)))
-    return {k: float(v) for k, v in combine_micro_metrics(stacked, weights).items()}
+    return {k: float(v) for k, v in combine_metrics(stacked, _count(stacked)).items()}
 
 
 def plot_history(history: list[dict], keys=("loss",), *, title: str | None = None):

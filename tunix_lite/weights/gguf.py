@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
 from tunix_lite.models.config import get_config
+from tunix_lite.tokenizer import Tokenizer
 from tunix_lite.weights.hf import config_to_hf
 
 # GGUF block names -> HF names (per layer). The GGUF norms already include Gemma's "+1".
@@ -85,12 +87,84 @@ def gemma3_config_from_gguf(reader):
     )
 
 
+# ----------------------------------------------------------------------------- the vocabulary
+
+_Piece = sp_pb2.ModelProto.SentencePiece
+# gguf.TokenType -> SentencePiece piece type. The numbers coincide, but spelling it out documents the mapping.
+_GGUF_TO_SP_TYPE = {
+    1: _Piece.NORMAL,
+    2: _Piece.UNKNOWN,
+    3: _Piece.CONTROL,
+    4: _Piece.USER_DEFINED,
+    5: _Piece.UNUSED,
+    6: _Piece.BYTE,
+}
+
+
+def sentencepiece_proto(tokens, scores, token_types, *, bos_id, eos_id, unk_id, pad_id) -> sp_pb2.ModelProto:
+    """A SentencePiece BPE ModelProto from a GGUF vocabulary (pieces, merge scores, gguf token types).
+
+    The settings reproduce Gemma's tokenizer: no normalization, no dummy prefix, whitespace kept as is and
+    escaped to '▁', unknown bytes as <0xNN> pieces. tests/test_tokenizer.py compares it with transformers.
+    """
+    proto = sp_pb2.ModelProto()
+    for i, (piece, score, kind) in enumerate(zip(tokens, scores, token_types)):
+        kind = _GGUF_TO_SP_TYPE[int(kind)]
+        if kind == _Piece.USER_DEFINED:
+            # GGUF stores these with real spaces; SentencePiece matches them after escaping ' ' to '▁',
+            # so unconverted ones (Gemma's '  ', '   ', ...) would never match a run of spaces.
+            piece = piece.replace(" ", "▁")
+        if i == unk_id:
+            kind = _Piece.UNKNOWN  # Gemma's GGUF marks <unk> as CONTROL; SentencePiece needs one UNKNOWN
+        proto.pieces.add(piece=piece, score=float(score), type=kind)
+
+    spec = proto.trainer_spec
+    spec.model_type = sp_pb2.TrainerSpec.BPE
+    spec.vocab_size = len(proto.pieces)
+    spec.byte_fallback = True
+    # SentencePiece finds bos/eos/pad by piece name, so set names along with ids (-1 = absent).
+    for name, i in [("unk", unk_id), ("bos", bos_id), ("eos", eos_id), ("pad", pad_id)]:
+        setattr(spec, f"{name}_id", -1 if i is None else int(i))
+        if i is not None:
+            setattr(spec, f"{name}_piece", proto.pieces[int(i)].piece)
+
+    norm = proto.normalizer_spec
+    norm.name = "identity"
+    norm.add_dummy_prefix = False
+    norm.remove_extra_whitespaces = False
+    norm.escape_whitespaces = True
+    return proto
+
+
+def tokenizer_from_gguf(reader) -> Tokenizer:
+    """Rebuild the SentencePiece tokenizer from a GGUF file's `tokenizer.ggml.*` metadata (an open
+    `gguf.GGUFReader`: parsing the file takes 10-30 s, so the caller opens it once for weights and vocabulary)."""
+    fields, path = reader.fields, getattr(reader, "path", "GGUF file")
+
+    def meta(key):
+        return fields[key].contents() if key in fields else None
+
+    if meta("tokenizer.ggml.model") != "llama":  # llama.cpp's name for SentencePiece vocabularies
+        raise ValueError(f"{path}: not a SentencePiece vocabulary ({meta('tokenizer.ggml.model')!r})")
+    proto = sentencepiece_proto(
+        meta("tokenizer.ggml.tokens"),
+        meta("tokenizer.ggml.scores"),
+        meta("tokenizer.ggml.token_type"),
+        bos_id=meta("tokenizer.ggml.bos_token_id"),
+        eos_id=meta("tokenizer.ggml.eos_token_id"),
+        unk_id=meta("tokenizer.ggml.unknown_token_id"),
+        pad_id=meta("tokenizer.ggml.padding_token_id"),
+    )
+    return Tokenizer.from_serialized(proto.SerializeToString())
+
+
+# ----------------------------------------------------------------------------- conversion
+
+
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     """Write out_dir/{config.json, model.safetensors, tokenizer.model}; atomic via a temp dir."""
     import gguf
     from safetensors.numpy import save_file
-
-    from tunix_lite.tokenizer import Tokenizer
 
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
@@ -100,7 +174,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     config = gemma3_config_from_gguf(reader)
     (tmp / "config.json").write_text(json.dumps(config_to_hf(config), indent=2) + "\n")
     save_file(gguf_tensors(reader), tmp / "model.safetensors", metadata={"format": "pt"})
-    Tokenizer.from_gguf(reader).save(tmp / "tokenizer.model")
+    tokenizer_from_gguf(reader).save(tmp / "tokenizer.model")
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return out_dir

@@ -65,15 +65,20 @@ def _window_pattern(hf: dict, num_layers: int) -> int | None:
     return pattern
 
 
+def family_of(hf: dict) -> str:
+    """The model family ("gemma3", "llama3", "qwen3") of a parsed HF config.json."""
+    model_type = "gemma3_text" if "text_config" in hf else hf.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
+                         f"supported: {', '.join(sorted(_MODEL_TYPES))}")
+    return _MODEL_TYPES[model_type]
+
+
 def config_from_hf(hf: dict) -> ModelConfig:
     """ModelConfig from a parsed HF config.json (Gemma 3 text, Llama 3, Qwen 3)."""
     if "text_config" in hf:  # a multimodal Gemma 3 checkpoint: use its language model
         hf = hf["text_config"] | {"model_type": "gemma3_text"}
-    model_type = hf.get("model_type")
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
-                         f"supported: {', '.join(sorted(_MODEL_TYPES))}")
-    family = _MODEL_TYPES[model_type]
+    family = family_of(hf)
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise ValueError(f"config.json: {flag}=true is not supported")

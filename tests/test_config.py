@@ -1,0 +1,41 @@
+"""The one config schema: typed values checked before any compute, the shared parts, the generated docs."""
+
+import pytest
+
+from tunix_lite.training import algorithms
+from tunix_lite.training.config import ConfigError
+from tunix_lite.training.sft import SFTConfig
+
+
+def test_the_schema_document_is_generated_from_the_code():
+    assert algorithms.main(["--check"]) == 0, "run: python -m tunix_lite.training.algorithms --schema"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"steps": "ten"}, "steps: expected an integer, got 'ten' (str)"),
+    ({"learning_rate": "fast"}, "learning_rate: expected a number, got 'fast' (str)"),
+    ({"learning_rate": -1e-3}, "learning_rate: must be > 0, got -0.001"),
+    ({"micro_batches": 0}, "micro_batches: must be >= 1, got 0"),
+    ({"lora_rank": 0}, "lora_rank: must be >= 1, got 0"),
+    ({"compute_dtype": "fp16"}, "compute_dtype: 'fp16' is not supported; choose one of 'float32', 'bfloat16'"),
+    ({"eval_every": -1}, "eval_every: must be >= 0, got -1"),
+    ({"model": ""}, "model: expected a model name or checkpoint directory, got an empty string"),
+    ({"packing": "yes"}, "packing: expected true or false, got 'yes' (str)"),
+    ({"domains": "sort"}, "domains: expected a list of a string or null, got 'sort' (str)"),
+    ({"template": "chatml"}, "template: 'chatml' is not supported; choose one of gemma, llama3, qwen3 (or null: the model family's)"),
+    ({"learning_rate": float("nan")}, "learning_rate: expected a finite number, got nan"),
+])
+def test_bad_values_name_the_key_the_value_and_what_is_expected(values, message):
+    with pytest.raises(ConfigError) as error:
+        SFTConfig.from_dict(values)
+    assert str(error.value) == message
+
+
+def test_numbers_yaml_reads_as_strings_are_converted_and_resume_rules_hold():
+    config = SFTConfig.from_dict({"learning_rate": "1e-4", "steps": "300", "weight_decay": 0})
+    assert (config.learning_rate, config.steps, config.weight_decay) == (1e-4, 300, 0.0)
+    saved = config.to_dict()
+    assert SFTConfig.from_dict(saved | {"steps": 400, "eval_every": 5}).resume_conflict(saved) is None
+    assert "steps: 100 is less than the 300" in SFTConfig.from_dict(saved | {"steps": 100}).resume_conflict(saved)
+    assert SFTConfig.from_dict(saved | {"seed": 1}).resume_conflict(saved) == \
+        "seed: the checkpointed run used 0, this config says 1"

@@ -1,0 +1,318 @@
+"""Run configs: one typed schema, in shared parts, checked before any compute.
+
+An algorithm's config is the shared parts plus its own few fields:
+
+    @dataclasses.dataclass
+    class DPOConfig(ModelOptions, OptimOptions, DataOptions, RunOptions):
+        algorithm: ClassVar[str] = "dpo"
+        beta: float = option(0.1, "strength of the KL anchor to the reference", gt=0)
+
+- ModelOptions: which model, adapters (LoRA / QLoRA), precision and memory options.
+- OptimOptions: optimizer, schedule, batching, seed.
+- DataOptions: where the examples come from and how long a row is.
+- RunOptions: outputs, checkpoints, evaluation and logging cadence.
+
+YAML files hold the fields flat (`learning_rate: 1.0e-4`), with `algorithm:` naming the config class. Every value
+is checked against its field's type and range when the config is built, with one line naming the key, the value
+and what is expected; numbers PyYAML reads as strings (`1e-3`: YAML 1.1 wants a dot) are converted. Each field
+also says whether a resumed run may change it (`resume`: "same", "free" or "grow").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Literal, get_args, get_origin
+
+import yaml
+
+RESUME_RULES = ("same", "free", "grow")  # must not change | may change | may only grow
+
+
+class ConfigError(ValueError):
+    """A config value that is missing, unknown, of the wrong type or out of range."""
+
+
+def option(default, help: str, *, ge=None, gt=None, le=None, lt=None, resume: str = "same"):
+    """A config field: its default, a one-line help, an allowed range, and what a resumed run may do with it."""
+    assert resume in RESUME_RULES, resume
+    metadata = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "resume": resume}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+# ----------------------------------------------------------------------------- the shared parts
+
+
+@dataclasses.dataclass
+class ModelOptions:
+    """Which model, its adapters (LoRA / QLoRA), precision and memory options."""
+
+    model: str = option("tiny", "tiny | gemma3-270m | a preset name | a checkpoint directory | a hub id")
+    lora_rank: int | None = option(None, "LoRA rank r: train only low-rank adapters; null: full fine-tuning", ge=1)
+    lora_alpha: float = option(16.0, "LoRA scale numerator: the update is (alpha / r) x A @ B", gt=0)
+    lora_dropout: float = option(0.0, "dropout on the adapters' input while training", ge=0, lt=1)
+    quantize: Literal["int8", "nf4"] | None = option(None, "store the frozen base quantized (QLoRA; needs lora_rank)")
+    compute_dtype: Literal["float32", "bfloat16"] = option(
+        "float32", "matmul and activation dtype; parameters and the optimizer stay float32")
+    remat: bool = option(False, "recompute block activations in the backward pass (less memory, ~1/3 more compute)",
+                         resume="free")
+    logits_chunk: int = option(0, "score this many tokens at a time so the [B, T, V] logits never exist at once "
+                                  "(0: all at once; worth it for large vocabularies)", ge=0, resume="free")
+
+
+@dataclasses.dataclass
+class OptimOptions:
+    """AdamW with warmup and cosine decay, batching and gradient accumulation, the seed."""
+
+    steps: int = option(200, "optimizer steps (a resumed run may ask for more)", ge=1, resume="grow")
+    batch_size: int = option(16, "rows per optimizer step (pairs for DPO)", ge=1)
+    micro_batches: int = option(1, "split each batch into this many pieces, accumulated exactly in one step", ge=1)
+    learning_rate: float = option(1e-3, "peak learning rate (linear warmup, then cosine decay to 10%)", gt=0)
+    warmup_steps: int = option(20, "steps of linear warmup; fewer than steps", ge=0)
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
+    clip_norm: float | None = option(1.0, "clip the gradient's global norm to this (null: no clipping)", gt=0)
+    seed: int = option(0, "seeds data order, adapter init and dropout")
+
+
+@dataclasses.dataclass
+class DataOptions:
+    """Where the examples come from and how long a row is."""
+
+    train_data: str = option("synthetic", "synthetic (the course's generated tasks), a .json/.jsonl file, a "
+                                          "datasets directory (save_to_disk), or a .parquet/.csv file")
+    validation_data: str | None = option(None, "the same kinds as train_data; with synthetic data, its validation split")
+    n_train: int = option(2000, "synthetic training examples", ge=1)
+    n_validation: int = option(128, "synthetic validation examples", ge=1)
+    domains: list[str] | None = option(None, "synthetic domains to use (null: all)")
+    seq_len: int = option(128, "tokens per row (at most the model's context)", ge=2)
+    template: str | None = option(None, "chat template (null: the model family's)")
+    truncation: Literal["error", "drop", "truncate"] = option(
+        "error", "what to do with an example longer than a row: stop, drop it, or cut its end")
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """Outputs, checkpoints and resume, evaluation and logging cadence."""
+
+    output_dir: str | None = option(None, "where config.yaml, metrics.jsonl, checkpoints/, scores.json and the "
+                                          "trained model go (null: nothing is written)")
+    overwrite: bool = option(False, "start over in an output_dir that holds an earlier run without checkpoints",
+                             resume="free")
+    checkpoint_every: int = option(0, "save a checkpoint every N steps and at the end (0: none); rerunning the "
+                                      "same command resumes from the latest", ge=0, resume="free")
+    keep_checkpoints: int = option(2, "checkpoints kept on disk (the oldest are deleted)", ge=1, resume="free")
+    eval_every: int = option(50, "evaluate every N steps (0: only before and after training)", ge=0, resume="free")
+    log_every: int = option(10, "bring metrics to the host (progress bar, metrics.jsonl) every N steps", ge=1,
+                            resume="free")
+    tensorboard: bool = option(False, "also log to output_dir/tensorboard (needs the [tensorboard] extra)",
+                               resume="free")
+
+
+# ----------------------------------------------------------------------------- building and checking
+
+
+def _type_name(hint) -> str:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(map(repr, args))
+    if origin is list:
+        return f"a list of {_type_name(args[0])}"
+    if origin is dict:
+        return f"a mapping of {_type_name(args[0])} to {_type_name(args[1])}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+            type(None): "null"}.get(hint, str(hint))
+
+
+def _coerce(key: str, value, hint):
+    """`value` as the type `hint` describes, or a ConfigError naming key, value and what is expected."""
+    origin, args = get_origin(hint), get_args(hint)
+
+    def wrong():
+        shown = f"{value!r} ({type(value).__name__})" if not isinstance(value, (dict, list)) else type(value).__name__
+        return ConfigError(f"{key}: expected {_type_name(hint)}, got {shown}")
+
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as e:
+                errors.append(e)
+        raise wrong()
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not supported; choose one of {', '.join(map(repr, args))}")
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise wrong()
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"[+-]?\d+", value.strip()):
+            return int(value)
+        raise wrong()
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str):
+            try:  # PyYAML reads 1e-3 (no dot) as a string
+                number = float(value)
+            except ValueError:
+                raise wrong() from None
+        else:
+            raise wrong()
+        if not math.isfinite(number):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return number
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise wrong()
+    if origin is list:
+        if not isinstance(value, list):
+            raise wrong()
+        return [_coerce(f"{key}[{i}]", v, args[0]) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise wrong()
+        return {_coerce(f"{key} key", k, args[0]): _coerce(f"{key}[{k!r}]", v, args[1]) for k, v in value.items()}
+    raise TypeError(f"config field {key}: unsupported annotation {hint}")
+
+
+def _check_range(key: str, value, meta: dict) -> None:
+    if value is None or isinstance(value, (bool, str, list, dict)):
+        return
+    for name, ok, words in (("ge", value >= (meta["ge"] or 0), ">="), ("gt", value > (meta["gt"] or 0), ">"),
+                            ("le", value <= (meta["le"] or 0), "<="), ("lt", value < (meta["lt"] or 0), "<")):
+        if meta[name] is not None and not ok:
+            raise ConfigError(f"{key}: must be {words} {meta[name]}, got {value}")
+
+
+class ConfigBase:
+    """Mixed into every algorithm's config: building from a dict or YAML, checking, dumping, the schema."""
+
+    algorithm: ClassVar[str]
+
+    @classmethod
+    def fields(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        """Build and check a config; `values` may repeat the class's own `algorithm`."""
+        values = dict(values)
+        algorithm = values.pop("algorithm", cls.algorithm)
+        if algorithm != cls.algorithm:
+            raise ConfigError(f"algorithm: this is a {cls.algorithm} config, got {algorithm!r}")
+        fields, hints = cls.fields(), typing.get_type_hints(cls)
+        unknown = [k for k in values if k not in fields]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(fields)}"
+            raise ConfigError(f"{key}: not a {cls.algorithm} config key{hint}")
+        checked = {}
+        for key, value in values.items():
+            checked[key] = _coerce(key, value, hints[key])
+            _check_range(key, checked[key], fields[key].metadata)
+        config = cls(**checked)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides):
+        return cls.from_dict(read_yaml(path) | overrides)
+
+    def validate(self) -> None:
+        """Checks between fields (each class adds its own after calling super().validate())."""
+        if getattr(self, "model", "x") in ("", None) or not str(self.model).strip():
+            raise ConfigError("model: expected a model name or checkpoint directory, got an empty string")
+        if self.quantize and not self.lora_rank:
+            raise ConfigError(f"quantize: {self.quantize!r} needs lora_rank (QLoRA trains adapters on a quantized "
+                              "base; a quantized base cannot be trained directly)")
+        if self.batch_size % self.micro_batches:
+            raise ConfigError(f"micro_batches: batch_size={self.batch_size} is not a multiple of "
+                              f"micro_batches={self.micro_batches}")
+        if self.warmup_steps >= self.steps:
+            raise ConfigError(f"warmup_steps: {self.warmup_steps} must be less than steps={self.steps}")
+        if self.template is not None:
+            from tunix_lite.chat import TEMPLATES
+
+            if self.template not in TEMPLATES:
+                raise ConfigError(f"template: {self.template!r} is not supported; choose one of "
+                                  f"{', '.join(TEMPLATES)} (or null: the model family's)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm} | dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def resume_conflict(self, saved: dict[str, Any]) -> str | None:
+        """Why a run with this config may not resume checkpoints written under `saved` (None: it may)."""
+        for name, f in self.fields().items():
+            rule, now = f.metadata["resume"], getattr(self, name)
+            if name not in saved or rule == "free":
+                continue
+            before = saved[name]
+            if rule == "grow" and now < before:
+                return f"{name}: {now} is less than the {before} the checkpointed run was started with"
+            if rule == "same" and now != before:
+                return f"{name}: the checkpointed run used {before!r}, this config says {now!r}"
+        return None
+
+    @classmethod
+    def own_fields(cls) -> list[str]:
+        """The fields this algorithm adds to the shared parts."""
+        shared = {f.name for part in SHARED_PARTS for f in dataclasses.fields(part)}
+        return [name for name in cls.fields() if name not in shared]
+
+    @classmethod
+    def schema_markdown(cls, names: list[str] | None = None) -> str:
+        """The fields (all, or `names`) as a markdown table: type, default, allowed range, what a resumed run
+        may do with it, and what it means."""
+        hints = typing.get_type_hints(cls)
+        lines = ["| key | type | default | range | on resume | meaning |", "|---|---|---|---|---|---|"]
+        for name, f in cls.fields().items():
+            if names is not None and name not in names:
+                continue
+            m = f.metadata
+            ranges = ", ".join(f"{words} {m[k]}" for k, words in (("ge", ">="), ("gt", ">"), ("le", "<="),
+                                                                    ("lt", "<")) if m[k] is not None)
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            shown = yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+            cells = [f"`{name}`", _type_name(hints[name]), f"`{shown}`", ranges, m["resume"], m["help"]]
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        return "\n".join(lines)
+
+
+SHARED_PARTS = (ModelOptions, OptimOptions, DataOptions, RunOptions)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping; one line naming the file when it is missing or not a YAML mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no config file at {path}")
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(values).__name__}")
+    return values
