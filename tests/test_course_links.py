@@ -1,5 +1,6 @@
 """Every badge and relative link in the course points at a file that exists, at the pinned release,
-and every notebook starts with the shared setup cell."""
+every notebook starts with the shared setup cell, and every install source a learner sees (badge,
+setup cell, README command) is built from the one setting, course.REPO_URL + course.VERSION."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (ROOT / d).glob("*.ipynb"))
 MARKDOWN = sorted((ROOT / "course").glob("*.md")) + [p for p in [ROOT / "README.md"] if p.is_file()]
 LINK = re.compile(r"\]\(([^)\s]+)\)")  # markdown links and images: [text](target)
+# anything that pins where tunix-lite comes from: a PyPI version, a git URL at a ref, a wheel file name
+PINS = re.compile(r"tunix-lite(?:\[[\w,]*\])?==(?P<version>[\w.]+)"
+                  r"|git\+(?P<repo>https://[^\s@'\"]+)@(?P<ref>[\w.-]+)"
+                  r"|tunix_lite-(?P<wheel>\d[\w.]*)-py3")
 BADGE = re.compile(r"(?:colab\.research\.google\.com/github/|kaggle\.com/kernels/welcome\?src=https://github\.com/)"
                    r"([^/]+/[^/]+)/blob/([^/]+)/([^)\s]+)")
 
@@ -52,6 +57,43 @@ def test_badges_point_at_existing_files_at_the_pinned_tag(path, text):
         assert (ROOT / file).is_file(), f"badge points at missing {file}"
 
 
+def _everything(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        return "\n".join(source(c) for c in read(path)["cells"])
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", MARKDOWN + NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_install_pin_is_the_one_setting(path):
+    for m in PINS.finditer(_everything(path)):
+        assert m["version"] in (None, course.VERSION), f"{m[0]}: not tunix-lite {course.VERSION}"
+        assert m["wheel"] in (None, course.VERSION), f"{m[0]}: not tunix-lite {course.VERSION}"
+        if m["repo"]:
+            assert (m["repo"], m["ref"]) == (course.REPO_URL, course.TAG), f"{m[0]}: not {course.REPO_URL}@{course.TAG}"
+
+
+def test_setup_cell_and_badges_follow_the_setting(monkeypatch):
+    assert course.TAG == f"v{course.VERSION}"
+    monkeypatch.setattr(course, "REPO_URL", "https://github.com/someone/fork")
+    monkeypatch.setattr(course, "VERSION", "9.8.7")
+    monkeypatch.setattr(course, "TAG", "v9.8.7")
+    text = course.setup_cell() + course.badges("notebooks/x.ipynb")
+    assert "tunix-lite/tunix-lite" not in text and "0.1.0" not in text
+    pins = [m[0] for m in PINS.finditer(text)]
+    assert pins == ["tunix-lite==9.8.7", "git+https://github.com/someone/fork@v9.8.7"]
+    assert "github/someone/fork/blob/v9.8.7/notebooks/x.ipynb" in text
+    assert "src=https://github.com/someone/fork/blob/v9.8.7/notebooks/x.ipynb" in text
+    assert all(glob in text for glob in course.WHEEL_GLOBS) and course.WHEEL_BUILD in text
+
+
+def test_readme_documents_the_wheel_build_and_the_jax_range():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{course.WHEEL_BUILD}`" in readme or f"\n{course.WHEEL_BUILD}\n" in readme
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (jax,) = [d for d in deps if d.startswith("jax")]
+    assert f"`{jax}`" in readme, f"README must state the supported range {jax}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_notebook_has_its_own_badges_and_the_setup_cell(path):
     nb = read(path)
@@ -64,6 +106,8 @@ def test_notebook_has_its_own_badges_and_the_setup_cell(path):
 
 
 def test_version_matches_pyproject():
+    import tunix_lite
+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert meta["project"]["version"] == course.VERSION
-    assert "course" in meta["project"]["optional-dependencies"]
+    assert meta["project"]["version"] == course.VERSION == tunix_lite.__version__
+    assert meta["project"]["name"] == course.PACKAGE

@@ -1,4 +1,6 @@
-"""The first-cell setup: no jax at import, fake devices before jax starts, a clear error after."""
+"""The first-cell setup: no jax at import, fake devices before jax starts, a clear error after; what it
+installs on Colab/Kaggle; the mesh a profile trains on. The install itself, end to end, is
+tests/test_hosted_install.py."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import sys
 
 import pytest
 
-from tunix_lite.course.setup import choose_profile
+from tunix_lite.course import setup as course_setup
+from tunix_lite.course.setup import choose_profile, hosted_extras, profile_for, unmet_requirements
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("CI", "TUNIX_LITE_PROFILE", "XLA_FLAGS")}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("CI", "TUNIX_LITE_PROFILE", "XLA_FLAGS") and not k.startswith(course_setup.TPU_ENV)}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean | env, timeout=120)
 
 
@@ -24,9 +28,12 @@ def test_course_modules_do_not_import_jax():
 
 def test_setup_sets_fake_devices_and_the_ci_profile():
     r = _python("from tunix_lite.course.setup import setup; p = setup(fake_devices=4); "
-                "import jax; assert len(jax.devices()) == 4; print(p.name, p.devices, p.steps)", CI="true")
+                "import jax; assert len(jax.devices()) == 4; print(p.name, p.devices, p.steps, dict(p.mesh().shape))",
+                CI="true")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().splitlines()[-1] == "ci 4 30"
+    # training uses one CPU device: the fake ones are for the sharding lessons
+    assert r.stdout.strip().splitlines()[-1] == "ci 4 30 {'data': 1, 'fsdp': 1, 'tensor': 1}"
+    assert "WARNING" not in r.stderr or course_setup.detect_accelerator()  # CPU jax beside a GPU warns
 
 
 def test_setup_explains_a_late_call():
@@ -44,3 +51,68 @@ def test_profile_precedence(monkeypatch):
     assert choose_profile(None, "cpu") == "cpu" and choose_profile("tpu", "cpu") == "tpu"
     with pytest.raises(ValueError, match="unknown profile"):
         choose_profile("gpu", "cpu")
+
+
+def test_the_tpu_profile_trains_on_every_core():
+    assert profile_for("tpu", "kaggle", "tpu", 8).mesh_shape == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert profile_for("tpu", "colab", "tpu", 1).mesh_shape["data"] == 1
+    assert profile_for("cpu", "kaggle", "gpu", 2).mesh_shape["data"] == 2  # Kaggle's 2 x T4
+    assert profile_for("tpu", "local", "tpu", 6).batch == 66  # whole examples per replica: 64 -> 6 x 11
+    assert profile_for("cpu", "local", "cpu", 8).mesh_shape["data"] == 1
+
+
+def test_setup_warns_loudly_when_an_accelerator_is_unused():
+    r = _python("from tunix_lite.course.setup import setup; setup(fake_devices=2)", CI="true",
+                TPU_ACCELERATOR_TYPE="v5litepod-8", JAX_PLATFORMS="cpu")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: this machine has a TPU, but jax runs on CPU" in r.stderr
+    assert 'pip install "tunix-lite[tpu]==' in r.stderr
+
+
+REQUIRES = [  # the shape of tunix-lite's installed metadata
+    "jax<0.13,>=0.10.2",
+    "numpy>=1.26",
+    'gguf>=0.17; extra == "gemma"',
+    'matplotlib>=3.8; extra == "hosted"',
+    'surely-not-installed-xyz>=1; extra == "hosted"',
+    'jupyterlab>=4; extra == "course"',
+    'tunix-lite[hosted]; extra == "course"',
+    'jax[tpu]<0.13,>=0.10.2; extra == "tpu"',
+]
+
+
+def test_unmet_requirements_checks_versions_and_follows_extras(monkeypatch):
+    assert unmet_requirements([], REQUIRES) == {}
+    assert unmet_requirements(["hosted"], REQUIRES) == {"surely-not-installed-xyz": "missing, need >=1"}
+    assert "surely-not-installed-xyz" in unmet_requirements(["course"], REQUIRES)  # course -> tunix-lite[hosted]
+    monkeypatch.setattr(course_setup, "_version", lambda name: "0.4.33" if name == "jax" else "9.9")
+    assert unmet_requirements([], REQUIRES) == {"jax": "0.4.33 installed, need <0.13,>=0.10.2"}
+
+
+def test_hosted_install_keeps_an_accelerator_jax_in_range():
+    assert hosted_extras(["gemma"], "tpu", unmet=[]) == ["hosted", "gemma"]  # the runtime's TPU jax stays
+    assert hosted_extras([], "tpu", unmet=["jax"]) == ["hosted", "tpu"]  # out of range: jax[tpu], not CPU jax
+    assert hosted_extras([], "gpu", unmet=["jax", "flax"]) == ["hosted", "cuda"]
+    assert hosted_extras([], None, unmet=["jax"]) == ["hosted"]
+
+
+def test_hosted_install_failure_is_one_line_with_the_fix(monkeypatch, tmp_path):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "tunix_lite-0.1.0-py3-none-any.whl").touch()
+    monkeypatch.setattr(course_setup, "WHEEL_GLOBS", (f"{tmp_path}/**/tunix_lite-*.whl",))
+    monkeypatch.setattr(course_setup, "_installed_version", lambda: "0.1.0")
+    monkeypatch.setattr(course_setup, "unmet_requirements", lambda extras: {"jax": "0.4.33 installed, need <0.13"})
+    monkeypatch.setattr(course_setup, "detect_accelerator", lambda: "tpu")
+    calls = []
+
+    def pip(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "Looking in indexes\nERROR: No matching distribution found\n")
+
+    monkeypatch.setattr(course_setup.subprocess, "run", pip)
+    with pytest.raises(RuntimeError) as err:
+        course_setup._ensure_installed("kaggle", ["gemma"])
+    (cmd,) = calls
+    assert cmd[-3:] == ["tunix-lite[hosted,gemma,tpu]==0.1.0", "--find-links", str(tmp_path / "ds")]
+    message = str(err.value)
+    assert "\n" not in message and "No matching distribution found" in message and "turn the internet on" in message

