@@ -156,6 +156,22 @@ def test_bad_data_files_name_the_file_and_line(tmp_path, capsys, name, content, 
     assert code == 2 and only_error(err) == f"train_data: {tmp_path}/{message}"
 
 
+def test_a_record_the_model_cannot_train_on_names_the_key_the_row_and_the_fix(tmp_path, capsys):
+    (tmp_path / "train.jsonl").write_text(json.dumps(GOOD) + "\n" + json.dumps({"prompt": "word " * 80, "completion": "x"}))
+    (tmp_path / "val.jsonl").write_text(json.dumps({"prompt": "hi"}) + "\n")
+    config = write_yaml(tmp_path / "c.yaml", train_data=str(tmp_path / "train.jsonl"),
+                        validation_data=str(tmp_path / "val.jsonl"), seq_len=64)
+    code, _, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and only_error(err) == (
+        f"train_data ({tmp_path}/train.jsonl): row 1: 93 tokens, more than seq_len + 1 = 65; raise seq_len or set "
+        "truncation to 'drop' or 'truncate'")
+    config = write_yaml(tmp_path / "c.yaml", train_data=str(tmp_path / "train.jsonl"),
+                        validation_data=str(tmp_path / "val.jsonl"), truncation="drop")
+    code, _, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and only_error(err).startswith(f"validation_data ({tmp_path}/val.jsonl): row 0: needs a "
+                                                    "'messages' list or string 'prompt' and 'completion' columns")
+
+
 def test_a_datasets_dict_directory_names_its_splits(tmp_path, capsys):
     datasets.DatasetDict({"train": datasets.Dataset.from_list([GOOD]),
                           "test": datasets.Dataset.from_list([GOOD])}).save_to_disk(str(tmp_path / "dd"))
