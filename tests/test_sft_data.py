@@ -154,5 +154,6 @@ def test_jsonl_through_datasets(tmp_path, tokenizer):
     loaded = load_records(str(path))
     assert loaded.column_names == records(4).column_names
     assert len(tokenize_sft(loaded, tokenizer, seq_len=128)) == 4
-    with pytest.raises(ValueError, match="expected a .json or .jsonl file"):
-        load_records("train.csv")
+    (tmp_path / "train.txt").write_text("hello\n")
+    with pytest.raises(ValueError, match=r"train.txt: expected a .jsonl, .json, .csv, .parquet file or a datasets"):
+        load_records(str(tmp_path / "train.txt"))

@@ -33,19 +33,25 @@ def cmd_info(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    import json
+
     from tunix_lite.chat import format_chat
     from tunix_lite.loading import load
-    from tunix_lite.sampler import Sampler
+    from tunix_lite.sampler import Sampler, check_sampling
 
+    settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    check_sampling(args.max_new_tokens, 1, args.temperature, args.top_k, args.top_p)  # before the model loads
     model, tokenizer = load(args.model, verbose=True)
     sampler = Sampler(model, tokenizer)
     prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p for p in args.prompt]
     start = time.perf_counter()
-    out = sampler.generate(prompts, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p, seed=args.seed)
+    out = sampler.generate(prompts, args.max_new_tokens, **settings)
     seconds = time.perf_counter() - start
-    for prompt, text in zip(args.prompt, out.texts):
-        print(f"{prompt}{text}" if not args.chat else text)
+    for prompt, text, n in zip(args.prompt, out.texts, out.lengths):
+        if args.json:  # one object per line: several prompts' outputs cannot run into each other
+            print(json.dumps({"prompt": prompt, "completion": text, "tokens": int(n)}, ensure_ascii=False))
+        else:
+            print(f"{prompt}{text}" if not args.chat else text)
     print(f"[{int(out.lengths.sum())} tokens in {seconds:.1f} s, compile included]", file=sys.stderr)
     return 0
 
@@ -69,13 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate text from a model")
     gen.add_argument("--model", default="tiny", help="tiny | gemma3-270m | a checkpoint directory | a hub id")
-    gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
+    gen.add_argument("--prompt", action="append", required=True,
+                     help="repeat for a batch (with --json, each output is one JSON line)")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat turn format")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=None)
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--json", action="store_true",
+                     help='print one JSON object per prompt and line: {"prompt", "completion", "tokens"}')
     gen.set_defaults(fn=cmd_generate)
 
     for name, text in (("train", "train with any algorithm from a YAML config (its `algorithm:` key: "
@@ -103,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, KeyError, FileNotFoundError, ImportError, RuntimeError) as e:
-        # Bad input gets one line that says what and where, not a traceback.
-        print(f"tunix-lite {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, KeyError, OSError, ImportError, RuntimeError, FloatingPointError) as e:
+        # Bad input (and a full disk, a diverged run) gets one line that says what and where, not a traceback.
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes
+        print(f"tunix-lite {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -33,28 +33,52 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
-    if name in HUB_IDS or (name.count("/") == 1 and not path.exists() and not name.startswith((".", "/"))):
+    if path.exists():
+        raise ValueError(f"{path} is a file; a model is a checkpoint directory (config.json + *.safetensors + "
+                         "tokenizer) or a name")
+    if _looks_local(name):
+        raise FileNotFoundError(_no_such_directory(path))
+    if name in HUB_IDS or name.count("/") == 1:
         return download(HUB_IDS.get(name, name))
     raise ValueError(f"unknown model {name!r}: choose one of {', '.join(LOCAL_MODELS + tuple(HUB_IDS))}, "
                      "a local checkpoint directory (config.json + *.safetensors + tokenizer), or a hub id like org/name")
 
 
+def _looks_local(name: str) -> bool:
+    """A path meant to be on this machine: absolute, ./ ~/ relative, or whose first folder exists here
+    (`runs/sft_tny` when runs/ exists), rather than a hub id like org/name."""
+    return name.startswith((".", "/", "~")) or "\\" in name or Path(Path(name).parts[0]).expanduser().is_dir()
+
+
+def _no_such_directory(path: Path) -> str:
+    """"no checkpoint directory X", with the deepest part that exists and the closest name in it."""
+    import difflib
+
+    parent = path.parent
+    while not parent.is_dir():
+        parent = parent.parent
+    missing = path.relative_to(parent).parts[0]  # the first part that is not there
+    close = difflib.get_close_matches(missing, [p.name for p in parent.iterdir() if p.is_dir()], n=1)
+    hint = f"; did you mean {parent / close[0]}?" if close else f" ({parent}/ exists)"
+    return f"no checkpoint directory {path}: it does not exist{hint}"
+
+
 def model_config(name_or_path: str | Path):
     """The ModelConfig a name or path loads, read without loading (or converting, or downloading) weights;
     None for a hub id that is not a preset (its config.json is only known after the download)."""
-    import json
-
     from tunix_lite.models.config import PRESETS
-    from tunix_lite.weights.hf import config_from_hf
+    from tunix_lite.weights.hf import read_config
 
     name = str(name_or_path)
     if name == "tiny":
         name = str(ASSETS / "tiny")
     elif name in PRESETS:
         return PRESETS[name]
-    config_file = Path(name).expanduser() / "config.json"
-    if config_file.is_file():
-        return config_from_hf(json.loads(config_file.read_text()))
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return read_config(path)
+    if not path.is_dir() and _looks_local(name):
+        raise FileNotFoundError(_no_such_directory(path))
     return None
 
 

@@ -179,7 +179,7 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = 32) 
     return tokens, positions
 
 
-def _check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p) -> None:
+def check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p) -> None:
     """One line naming the bad value, before anything compiles (NaN would otherwise sample garbage silently)."""
     problems = []
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
@@ -223,7 +223,7 @@ class Sampler:
         num_samples=G returns G completions per prompt (rows b*G + g), sampled after one shared prefill."""
         if isinstance(prompts, str):
             prompts = [prompts]
-        _check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p)
+        check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p)
         ids = self.encode(prompts)
         tokens, positions = left_pad(ids, self.pad_id, self.bucket)
         longest = max(len(p) for p in ids)

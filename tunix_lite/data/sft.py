@@ -28,6 +28,7 @@ import numpy as np
 
 from tunix_lite.chat import format_chat_with_mask
 from tunix_lite.data.batches import Batches
+from tunix_lite.data.records import load_records  # noqa: F401  (the file reader, also reachable from here)
 from tunix_lite.tokenizer import padding_id
 
 Truncation = Literal["error", "drop", "truncate"]
@@ -45,6 +46,8 @@ class TruncationReport:
     tokens_cut: int = 0
     trained_tokens_cut: int = 0  # of those, tokens the loss would have trained on
     longest: int = 0
+    empty_replies: int = 0  # examples with an assistant reply that is empty or blank: they teach "stop at once"
+    first_empty_row: int | None = None
 
     def __str__(self) -> str:
         text = f"{self.rows} examples, longest {self.longest} tokens (limit {self.max_tokens})"
@@ -53,6 +56,9 @@ class TruncationReport:
         if self.truncated:
             text += (f"; truncated {self.truncated} longer ones, cutting {self.tokens_cut} tokens "
                      f"({self.trained_tokens_cut} of them trained on)")
+        if self.empty_replies:
+            text += (f"; {self.empty_replies} with an empty assistant reply (first: row {self.first_empty_row}), "
+                     "which trains the model to stop at once")
         return text
 
 
@@ -115,11 +121,15 @@ def tokenize_sft(records, tokenizer, *, seq_len: int, template: str | None = Non
         if not mask[1:].any():
             raise ValueError(f"row {index}: no token to train on (an assistant reply is needed, after the first token)")
         report.rows += 1
+        if any(m.get("role") == "assistant" and isinstance(m.get("content"), str) and not m["content"].strip()
+               for m in messages):
+            report.empty_replies += 1
+            report.first_empty_row = index if report.first_empty_row is None else report.first_empty_row
         report.longest = max(report.longest, len(ids))
         if len(ids) > limit:
             if truncation == "error":
                 raise ValueError(f"row {index}: {len(ids)} tokens, more than seq_len + 1 = {limit}; raise seq_len "
-                                 "or pass truncation='drop' or 'truncate'")
+                                 "or set truncation to 'drop' or 'truncate'")
             if truncation == "drop":
                 report.dropped += 1
                 continue
@@ -228,14 +238,3 @@ def mix_domains(records, weights: Mapping[str, float], n: int, *, seed: int = 0,
         picked.extend(np.resize(pool, counts[d]).tolist())
     picked = [picked[i] for i in rng.permutation(len(picked))]
     return records.select(picked) if hasattr(records, "select") else [records[i] for i in picked]
-
-
-def load_records(source):
-    """A `datasets.Dataset` from a .json/.jsonl path (one record per line), or `source` itself."""
-    if isinstance(source, str):
-        import datasets
-
-        if not source.endswith((".json", ".jsonl")):
-            raise ValueError(f"expected a .json or .jsonl file, got {source!r}")
-        return datasets.load_dataset("json", data_files=source, split="train")
-    return source

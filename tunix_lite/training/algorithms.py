@@ -66,8 +66,9 @@ def schema_markdown() -> str:
         "Every `configs/*.yaml` is one flat mapping of the keys below, read by `tunix-lite train --config FILE`; "
         "`algorithm:` picks the algorithm (default `sft`). Values are checked before any compute: a wrong type, an "
         "out-of-range value or an unknown key stops the run with one line naming the key. \"on resume\" says what "
-        "a rerun into the same `output_dir` may change: `same` (refused if changed), `free`, `grow` (may only "
-        "grow).",
+        "a rerun into the same `output_dir` may change: `same` (refused if changed; a file or directory such a key "
+        "names, e.g. `train_data` or a local `model`, must also still hold the same bytes), `free`, `grow` (may "
+        "only grow).",
         "Generated from `tunix_lite/training/config.py` and each algorithm's config class by "
         "`python -m tunix_lite.training.algorithms --schema` (a test checks it is current).",
         "## Shared by every algorithm", *parts, "## Each algorithm's own keys", *own]) + "\n"

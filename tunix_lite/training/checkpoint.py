@@ -6,11 +6,20 @@ Each step folder holds three items:
   optimizer  nnx.state(optimizer): the step counter and the optax state (moments, schedule count)
   meta       JSON: {"step": ..., plus what the caller passes, e.g. the trainer's history}
 Restoring reads each array into the shape, dtype and sharding of the variable it replaces, so a fresh
-model (or one sharded over a mesh) can be the target.
+model (or one sharded over a mesh) can be the target; a checkpoint whose arrays do not fit the target is refused
+before anything is read, naming the first array that differs.
+
+Failures reach the caller as one CheckpointError naming the step folder and the OS error (disk full, permission),
+whether they happen while saving (in the background) or restoring; orbax's own error logs and the "Event loop is
+closed" echoes of the same failure are held back, and `close()` after a failure does not raise it a second time.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import sys
 from pathlib import Path
 
 import jax
@@ -18,9 +27,96 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint that could not be written or read, or does not fit the model it is restored into."""
+
+
 def _abstract(state: nnx.State) -> dict:
     """The restore target: shape, dtype and sharding of each array, as the same pure dict `save` writes."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(state))
+
+
+def _os_reason(error: BaseException) -> str:
+    """The OS error behind a failed write, e.g. "[Errno 28] No space left on device", found in the exception
+    chain or in tensorstore's message ("... [os_error_code='28']"); else the error's first line."""
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno:
+            return f"[Errno {e.errno}] {e.strerror}"
+        code = re.search(r"os_error_code='?(\d+)", str(e))
+        if code:
+            return f"[Errno {code.group(1)}] {os.strerror(int(code.group(1)))}"
+        todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:300] if text else ''}"
+
+
+def _flat(tree, prefix=()) -> dict[tuple, object]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, prefix + (str(key),)).items()}
+    return {prefix: tree}
+
+
+def _stored_shape(target) -> tuple:
+    """The shape an array is stored with: a typed PRNG key is stored as its raw key data."""
+    if jax.dtypes.issubdtype(target.dtype, jax.dtypes.prng_key):
+        return tuple(jax.eval_shape(jax.random.key_data, target).shape)
+    return tuple(target.shape)
+
+
+def _mismatch(item: str, stored, target) -> str | None:
+    """The first difference between a checkpoint item's array metadata and the restore target (None: it fits)."""
+    stored, target = _flat(stored), _flat(target)
+    missing = [k for k in target if k not in stored]
+    extra = [k for k in stored if k not in target]
+    shapes = [k for k in target if k in stored and tuple(stored[k].shape) != _stored_shape(target[k])]
+    problems = len(missing) + len(extra) + len(shapes)
+    if not problems:
+        return None
+    more = f" (and {problems - 1} more differences)" if problems > 1 else ""
+    name = lambda k: "/".join((item,) + k)
+    if shapes:
+        k = shapes[0]
+        first = f"{name(k)} is {tuple(stored[k].shape)} on disk, the model has {_stored_shape(target[k])}"
+    elif missing:
+        first = f"{name(missing[0])} is not in the checkpoint"
+    else:
+        first = f"{name(extra[0])} is in the checkpoint but not in the model"
+    return first + more
+
+
+class _HoldBackOrbaxErrors(logging.Filter):
+    """Drops orbax's error logs: each repeats, as a traceback, a failure that Checkpoints raises as one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+def _drop_closed_event_loop(previous):
+    """When a background write fails, orbax closes its event loop while tensorstore still finishes the other writes;
+    each then reports "RuntimeError: Event loop is closed" as an unraisable exception, before and after the failure
+    reaches the caller. An unraisablehook that drops exactly those."""
+
+    def hook(unraisable):
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and str(error) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook.drops_closed_event_loop = True
+    return hook
+
+
+def _quiet_orbax_noise() -> None:
+    """Install both (once per process): a failed write is then one CheckpointError and nothing else."""
+    if not getattr(sys.unraisablehook, "drops_closed_event_loop", False):
+        sys.unraisablehook = _drop_closed_event_loop(sys.unraisablehook)
+    absl = logging.getLogger("absl")
+    if not any(isinstance(f, _HoldBackOrbaxErrors) for f in absl.filters):
+        absl.addFilter(_HoldBackOrbaxErrors())
 
 
 class Checkpoints:
@@ -30,7 +126,17 @@ class Checkpoints:
         # create=False: a mistyped restore path should fail loudly, not leave an empty folder behind.
         # Saving is decided here (step % every), so orbax's own interval policy is not used.
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False)
-        self.manager = ocp.CheckpointManager(self.directory, options=options)
+        handlers = {"model": ocp.StandardCheckpointHandler(), "optimizer": ocp.StandardCheckpointHandler(),
+                    "meta": ocp.JsonCheckpointHandler()}  # known up front, so item_metadata can read shapes
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+        self._writing: int | None = None  # the step whose background write may still be running
+        self._failed = False
+        _quiet_orbax_noise()
+
+    def _error(self, step: int | None, error: BaseException, doing: str = "write") -> CheckpointError:
+        self._failed = True
+        where = self.directory / str(step) if step is not None else self.directory
+        return CheckpointError(f"could not {doing} checkpoint {where}: {_os_reason(error)}")
 
     @property
     def steps(self) -> list[int]:
@@ -40,14 +146,20 @@ class Checkpoints:
              meta: dict | None = None, force: bool = False) -> bool:
         """Write a checkpoint if `step` is a multiple of `every` (or `force`); True if one was started.
         The write finishes in the background: call `wait()` before reading it from another process."""
+        self.wait()  # a failed earlier write is reported as itself, naming its own step
         if not (force or step % self.every == 0) or step in self.steps:
             return False
-        self.directory.mkdir(parents=True, exist_ok=True)
         items = {"model": ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, self.state_filter))),
                  "meta": ocp.args.JsonSave({"step": step} | (meta or {}))}
         if optimizer is not None:
             items["optimizer"] = ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(optimizer)))
-        return self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            started = self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:
+            raise self._error(step, e) from None
+        self._writing = step if started else None
+        return started
 
     def restore(self, model: nnx.Module, optimizer: nnx.Optimizer | None = None, *, step: int | None = None) -> dict:
         """Load checkpoint `step` (default: the latest) into `model` (and `optimizer`) in place; returns meta."""
@@ -60,11 +172,16 @@ class Checkpoints:
         if step not in steps:
             raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it has steps {steps}")
         model_state = nnx.state(model, self.state_filter)
-        items = {"model": ocp.args.StandardRestore(_abstract(model_state)), "meta": ocp.args.JsonRestore()}
+        targets = {"model": _abstract(model_state)}
         if optimizer is not None:
             optimizer_state = nnx.state(optimizer)
-            items["optimizer"] = ocp.args.StandardRestore(_abstract(optimizer_state))
-        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+            targets["optimizer"] = _abstract(optimizer_state)
+        self._check_fits(step, targets)
+        items = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonRestore()))
+        except Exception as e:
+            raise self._error(step, e, "read") from None
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
         if optimizer is not None:
@@ -72,9 +189,33 @@ class Checkpoints:
             nnx.update(optimizer, optimizer_state)
         return restored["meta"]
 
+    def _check_fits(self, step: int, targets: dict) -> None:
+        """CheckpointError naming the first array that differs, before orbax reads (and fails on) any of them."""
+        try:
+            stored = self.manager.item_metadata(step)
+        except Exception as e:
+            raise self._error(step, e, "read") from None
+        for item, target in targets.items():
+            if stored.get(item) is None:
+                raise CheckpointError(f"checkpoint {self.directory / str(step)} has no {item!r} item; it was not "
+                                      "written by this kind of run")
+            problem = _mismatch(item, dict(stored[item]), target)
+            if problem:
+                raise CheckpointError(f"checkpoint {self.directory / str(step)} does not fit this model: {problem}. "
+                                      "It was written for another model or config; use another output_dir")
+
     def wait(self):
-        """Block until background writes are on disk."""
-        self.manager.wait_until_finished()
+        """Block until background writes are on disk (CheckpointError if one failed)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise self._error(self._writing, e) from None
+        self._writing = None
 
     def close(self):
-        self.manager.close()
+        """Finish background writes and release the manager; a failure already reported is not raised again."""
+        try:
+            self.manager.close()
+        except Exception as e:
+            if not self._failed:
+                raise self._error(self._writing, e) from None

@@ -13,9 +13,9 @@ An algorithm's config is the shared parts plus its own few fields:
 - RunOptions: outputs, checkpoints, evaluation and logging cadence.
 
 YAML files hold the fields flat (`learning_rate: 1.0e-4`), with `algorithm:` naming the config class. Every value
-is checked against its field's type and range when the config is built, with one line naming the key, the value
-and what is expected; numbers PyYAML reads as strings (`1e-3`: YAML 1.1 wants a dot) are converted. Each field
-also says whether a resumed run may change it (`resume`: "same", "free" or "grow").
+is checked against its field's type and range when the config is built (from YAML, a dict or in Python), with one
+line naming the key, the value and what is expected; numbers PyYAML reads as strings (`1e-3`: YAML 1.1 wants a dot)
+are converted. Each field also says whether a resumed run may change it (`resume`: "same", "free" or "grow").
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class RunOptions:
     """Outputs, checkpoints and resume, evaluation and logging cadence."""
 
     output_dir: str | None = option(None, "where config.yaml, metrics.jsonl, checkpoints/, scores.json and the "
-                                          "trained model go (null: nothing is written)")
+                                          "trained model go (null: nothing is written)", resume="free")
     overwrite: bool = option(False, "start over in an output_dir that holds an earlier run without checkpoints",
                              resume="free")
     checkpoint_every: int = option(0, "save a checkpoint every N steps and at the end (0: none); rerunning the "
@@ -217,20 +217,24 @@ class ConfigBase:
         algorithm = values.pop("algorithm", cls.algorithm)
         if algorithm != cls.algorithm:
             raise ConfigError(f"algorithm: this is a {cls.algorithm} config, got {algorithm!r}")
-        fields, hints = cls.fields(), typing.get_type_hints(cls)
+        fields = cls.fields()
         unknown = [k for k in values if k not in fields]
         if unknown:
             key = unknown[0]
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(fields)}"
             raise ConfigError(f"{key}: not a {cls.algorithm} config key{hint}")
-        checked = {}
-        for key, value in values.items():
-            checked[key] = _coerce(key, value, hints[key])
-            _check_range(key, checked[key], fields[key].metadata)
-        config = cls(**checked)
-        config.validate()
-        return config
+        return cls(**values)  # __post_init__ checks every value
+
+    def __post_init__(self):
+        """Every value converted and checked however the config was built (YAML, a dict, or Python:
+        `SFTConfig(lora_rank=0)` is refused as `lora_rank: 0` in a file is), then the checks between fields."""
+        hints = typing.get_type_hints(type(self))
+        for name, f in self.fields().items():
+            value = _coerce(name, getattr(self, name), hints[name])
+            _check_range(name, value, f.metadata)
+            setattr(self, name, value)
+        self.validate()
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides):

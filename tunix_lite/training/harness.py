@@ -12,16 +12,20 @@ What `Run.train` does with an output_dir:
   (LoRA), each written under a temporary name and renamed, so an interrupted export never looks complete.
 - Rerunning the same command resumes from the latest checkpoint. A config that would change the run's trajectory
   (model, data, batch size, seed, adapters...) is refused before anything is written, with the field and both
-  values; `steps` may grow. A directory with an earlier run but no checkpoint is refused unless `overwrite`.
+  values; `steps` may grow. The files a config names (a data file, a model directory) are fingerprinted in
+  inputs.json, so a file changed under the same name is refused too. A directory with an earlier run but no
+  checkpoint is refused unless `overwrite` (the earlier run is deleted only once training starts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
 import time
+import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -92,14 +96,51 @@ def _writable(path: Path) -> None:
         raise ConfigError(f"output_dir: {probe} is not writable; choose another output_dir")
 
 
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
 def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """write(tmp) then rename tmp -> path (a file or a directory), replacing what was there."""
-    tmp = path.with_name(f".{path.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+    """write(tmp) then rename tmp -> path (a file or a directory), replacing what was there. An interruption
+    leaves the old `path` (or none) and hidden .partial / .old names, never a half-written `path`."""
+    tmp, old = path.with_name(f".{path.name}.partial"), path.with_name(f".{path.name}.old")
+    _remove(tmp)
     write(tmp)
-    if path.is_dir():
-        shutil.rmtree(path)
+    if path.is_dir():  # a directory cannot be renamed onto a non-empty one: move the old one aside first
+        _remove(old)
+        os.replace(path, old)
     os.replace(tmp, path)
+    _remove(old)
+
+
+INPUTS_FILE = "inputs.json"
+
+
+def _sha256(path: Path) -> str:
+    """Of a file's bytes, or of a directory's files (relative names and bytes, in sorted order)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def input_fingerprints(config) -> dict[str, dict]:
+    """{key: {"path", "sha256"}} for each trajectory-setting config value that names a local file or directory
+    (train_data, validation_data, a model directory, ...): what a resumed run checks its inputs against."""
+    found, hints = {}, typing.get_type_hints(type(config))
+    for name, f in config.fields().items():
+        value = getattr(config, name)
+        if f.metadata["resume"] != "same" or hints[name] not in (str, str | None) or not value:
+            continue
+        path = Path(value).expanduser()
+        if path.exists():
+            found[name] = {"path": str(path.absolute()), "sha256": _sha256(path)}
+    return found
 
 
 class Run:
@@ -110,6 +151,8 @@ class Run:
         self.start = time.perf_counter()
         self.out = Path(config.output_dir).expanduser() if config.output_dir else None
         self.resume_from = 0
+        self.start_over = False  # overwrite an earlier run: deleted when training starts, not before
+        self.inputs = input_fingerprints(config) if self.out is not None else {}
         if self.out is not None:
             self._check_output_dir()
 
@@ -132,8 +175,12 @@ class Run:
             conflict = config.resume_conflict(saved)
             if saved.get("algorithm", config.algorithm) != config.algorithm:
                 conflict = f"algorithm: the checkpointed run is {saved['algorithm']!r}, this config is {config.algorithm!r}"
+            conflict = conflict or self._changed_input(out / INPUTS_FILE)
             if conflict:
                 raise ConfigError(f"cannot resume {out}: {conflict}. Use another output_dir for a different run")
+            if not config.checkpoint_every:
+                raise ConfigError(f"checkpoint_every: {out} holds checkpoints; keep checkpoint_every > 0 to resume "
+                                  "them")
             if config.steps < steps[-1]:
                 raise ConfigError(f"steps: {config.steps} is fewer than the {steps[-1]} steps already done in {out}; "
                                   f"ask for at least {steps[-1]}")
@@ -144,8 +191,22 @@ class Run:
                 raise ConfigError(f"output_dir: {out} already holds an earlier run without checkpoints ({found}); "
                                   "nothing to resume from. Choose another output_dir, delete it, or set "
                                   "overwrite: true to start over")
-            self.say(f"{out}: starting over (overwrite: true)")
-            shutil.rmtree(out)
+            self.say(f"{out}: starting over (overwrite: true); the earlier run is deleted when training starts")
+            self.start_over = True
+
+    def _changed_input(self, saved_file: Path) -> str | None:
+        """Which input file changed since the checkpointed run wrote `saved_file` (None: none did, or unknown)."""
+        if not saved_file.is_file():
+            return None
+        saved = json.loads(saved_file.read_text(encoding="utf-8"))
+        for name, before in saved.items():
+            now = self.inputs.get(name)
+            if now is None:
+                return f"{name}: {before['path']} no longer exists"
+            if now["sha256"] != before["sha256"]:
+                return (f"{name}: {now['path']} changed since the checkpointed run (sha256 {before['sha256'][:12]} "
+                        f"then, {now['sha256'][:12]} now)")
+        return None
 
     def train(self, model: nnx.Module, tokenizer, loss_fn: LossFn, batches: Callable[[int], Iterable[dict]],
               eval_fn: Callable[[nnx.Module], dict] | None, *, frozen=None, wrt=None, report: str = "",
@@ -198,9 +259,12 @@ class Run:
         from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
 
         out, config = self.out, self.config
+        if self.start_over:
+            shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
         if not self.resume_from:
             (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+            (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n", encoding="utf-8")
         metrics = JsonlLogger(out / "metrics.jsonl", keep_through=self.resume_from)
         loggers = [metrics] + ([TensorBoardLogger(out / "tensorboard")] if config.tensorboard else [])
         checkpoints = None
@@ -210,8 +274,6 @@ class Run:
             # what trains plus RNG state (LoRA dropout), so a resumed run continues bit for bit
             checkpoints = Checkpoints(out / "checkpoints", every=config.checkpoint_every,
                                       keep=config.keep_checkpoints, state_filter=nnx.Any(wrt, nnx.RngState))
-        elif self.resume_from:
-            raise ConfigError(f"checkpoint_every: {out} holds checkpoints; keep checkpoint_every > 0 to resume them")
         return checkpoints, loggers
 
     def _export(self, model, tokenizer, before: dict, after: dict) -> None:

@@ -10,19 +10,27 @@ class JsonlLogger:
     """Appends one JSON object per step to `path` (readable with pandas.read_json(path, lines=True)).
 
     keep_through: a run resumed from the checkpoint at this step first drops the lines of later steps, which
-    the interrupted run logged after its last checkpoint and the resumed run is about to log again."""
+    the interrupted run logged after its last checkpoint and the resumed run is about to log again (and a last
+    line cut short by the interruption)."""
 
     def __init__(self, path: str | Path, *, keep_through: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if keep_through is not None and self.path.is_file():
-            lines = self.path.read_text().splitlines()
-            kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= keep_through]
+            kept = [line for line in self.path.read_text().splitlines() if _step(line) <= keep_through]
             self.path.write_text("".join(line + "\n" for line in kept))
 
     def __call__(self, metrics: dict) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(metrics) + "\n")
+
+
+def _step(line: str) -> float:
+    """The step a metrics line records; infinity for a blank or cut-short line."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return float("inf")
 
 
 class TensorBoardLogger:

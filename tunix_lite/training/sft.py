@@ -53,11 +53,12 @@ def load_data(config):
                              seed=config.seed)
         train, validation = splits["train"], splits["validation"]
     else:
-        from tunix_lite.data.sft import load_records
+        from tunix_lite.data.records import load_records
 
         if config.validation_data is None:
             raise ConfigError("validation_data: with train_data from a file, set validation_data too")
-        train, validation = load_records(config.train_data), load_records(config.validation_data)
+        train = load_records(config.train_data, key="train_data")
+        validation = load_records(config.validation_data, key="validation_data")
     if getattr(config, "domain_weights", None):
         train = mix_domains(train, config.domain_weights, config.n_train, seed=config.seed)
     return train, validation
@@ -79,13 +80,21 @@ def task_eval_fn(config, model, tokenizer, validation):
     return TaskEval(model, tokenizer, records, template=config.template, max_new_tokens=config.max_new_tokens)
 
 
+def tokenize_split(config, records, key: str, tokenizer) -> SFTData:
+    """tokenize_sft with the config's options; an error names the config key the records came from."""
+    try:
+        return tokenize_sft(records, tokenizer, seq_len=config.seq_len, template=config.template,
+                            train_on_prompt=config.train_on_prompt, truncation=config.truncation)
+    except ValueError as e:
+        raise ValueError(f"{key} ({getattr(config, key) or config.train_data}): {e}") from None
+
+
 def run_sft(config: SFTConfig, *, verbose: bool = True) -> RunResult:
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
+    train, validation = load_data(config)  # bad data stops here, before the model is read
     model, tokenizer = build_model(config)
-    train, validation = load_data(config)
-    tokenize = dict(tokenizer=tokenizer, seq_len=config.seq_len, template=config.template,
-                    train_on_prompt=config.train_on_prompt, truncation=config.truncation)
-    train_data, val_data = tokenize_sft(train, **tokenize), tokenize_sft(validation, **tokenize)
+    train_data = tokenize_split(config, train, "train_data", tokenizer)
+    val_data = tokenize_split(config, validation, "validation_data", tokenizer)
     batches = SFTBatches(train_data, config.batch_size, seed=config.seed, packing=config.packing)
     stats = batches.stats()
     report = (f"train: {train_data.report}; {stats['rows']} rows/epoch, {stats['fill']:.0%} of row tokens real, "

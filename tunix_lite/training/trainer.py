@@ -27,7 +27,7 @@ The conventions every loss follows:
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import jax
@@ -44,6 +44,8 @@ LossFn = Callable[[nnx.Module, dict, Any], tuple[jax.Array, dict]]
 COUNT = "count"  # the metric a loss reports: how many units (tokens, pairs, sequences) its mean is over
 
 
+@cache  # one object per setting: the optimizer is part of the step's compile key, so a rerun with the
+#                    same settings (a notebook cell, a resumed run in the same process) reuses the compiled step
 def adamw_cosine(peak_lr: float, total_steps: int, *, warmup_steps: int = 0, weight_decay: float = 0.01,
                  clip_norm: float | None = 1.0, b2: float = 0.95) -> optax.GradientTransformation:
     """AdamW with linear warmup then cosine decay to 10% of the peak, after global-norm clipping."""

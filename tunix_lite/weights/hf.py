@@ -8,6 +8,7 @@ A checkpoint directory holds `config.json`, `model.safetensors` (or shards liste
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +25,30 @@ _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh", "sil
 
 
 # ----------------------------------------------------------------------------- config.json
+
+_REQUIRED = object()
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
+               dict: "a mapping"}
+
+
+def _get(hf: dict, key: str, kind: type, default=_REQUIRED, *, positive: bool = False):
+    """hf[key] checked to be of `kind` (an int is a number; null counts as absent): one line naming the key."""
+    value = hf.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise ValueError(f"config.json: missing key {key!r} ({_KIND_NAMES[kind]})")
+        return default
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise ValueError(f"config.json: {key}: expected {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
+    if positive and value < 1:
+        raise ValueError(f"config.json: {key}: must be >= 1, got {value}")
+    return float(value) if kind is float else value
 
 
 def _rope_settings(hf: dict, layer_kind: str) -> dict:
@@ -44,11 +69,12 @@ def _rope_scaling(rope: dict) -> RopeScaling | None:
     if kind == "default":
         return None
     if kind == "linear":
-        return RopeScaling("linear", factor=float(rope["factor"]))
+        return RopeScaling("linear", factor=_get(rope, "factor", float))
     if kind == "llama3":
-        return RopeScaling("llama3", factor=float(rope["factor"]), low_freq_factor=float(rope["low_freq_factor"]),
-                           high_freq_factor=float(rope["high_freq_factor"]),
-                           original_max_position=int(rope["original_max_position_embeddings"]))
+        return RopeScaling("llama3", factor=_get(rope, "factor", float),
+                           low_freq_factor=_get(rope, "low_freq_factor", float),
+                           high_freq_factor=_get(rope, "high_freq_factor", float),
+                           original_max_position=_get(rope, "original_max_position_embeddings", int))
     raise ValueError(f"config.json: rope type {kind!r} is not supported (supported: default, linear, llama3)")
 
 
@@ -75,20 +101,25 @@ def family_of(hf: dict) -> str:
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
-    """ModelConfig from a parsed HF config.json (Gemma 3 text, Llama 3, Qwen 3)."""
+    """ModelConfig from a parsed HF config.json (Gemma 3 text, Llama 3, Qwen 3). A missing key, a value of the
+    wrong type or an unsupported feature is a ValueError starting "config.json: " and naming the key."""
+    if not isinstance(hf, dict):
+        raise ValueError(f"config.json: expected a mapping of keys, got {type(hf).__name__}")
     if "text_config" in hf:  # a multimodal Gemma 3 checkpoint: use its language model
-        hf = hf["text_config"] | {"model_type": "gemma3_text"}
+        hf = _get(hf, "text_config", dict) | {"model_type": "gemma3_text"}
     family = family_of(hf)
     for flag in ("attention_bias", "mlp_bias"):
-        if hf.get(flag):
+        if _get(hf, flag, bool, False):
             raise ValueError(f"config.json: {flag}=true is not supported")
     for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
         if hf.get(cap) is not None:
             raise ValueError(f"config.json: {cap}={hf[cap]} is not supported (Gemma 2 style softcapping)")
-    num_layers = hf["num_hidden_layers"]
+    num_layers = _get(hf, "num_hidden_layers", int, positive=True)
+    hidden, heads = _get(hf, "hidden_size", int, positive=True), _get(hf, "num_attention_heads", int, positive=True)
     is_gemma = family == "gemma3"
-    pattern = _window_pattern(hf, num_layers) if is_gemma or hf.get("use_sliding_window") else None
-    if family == "qwen3" and hf.get("use_sliding_window"):
+    use_sliding_window = _get(hf, "use_sliding_window", bool, False)
+    pattern = _window_pattern(hf, num_layers) if is_gemma or use_sliding_window else None
+    if family == "qwen3" and use_sliding_window:
         raise ValueError("config.json: Qwen 3 use_sliding_window=true is not supported")
     global_rope = _rope_settings(hf, "full_attention")
     local_rope = _rope_settings(hf, "sliding_attention")
@@ -96,33 +127,53 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if act not in _ACTIVATIONS:
         raise ValueError(f"config.json: activation {act!r} is not supported")
     eos = hf.get("eos_token_id", 1)
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool)):
+        raise ValueError(f"config.json: eos_token_id: expected an integer or a list of them, got {eos!r}")
     return ModelConfig(
         family=family,
-        vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"],
+        vocab_size=_get(hf, "vocab_size", int, positive=True),
+        embed_dim=hidden,
         num_layers=num_layers,
-        num_heads=hf["num_attention_heads"],
-        num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-        mlp_dim=hf["intermediate_size"],
+        num_heads=heads,
+        num_kv_heads=_get(hf, "num_key_value_heads", int, heads, positive=True),
+        head_dim=_get(hf, "head_dim", int, hidden // heads, positive=True),
+        mlp_dim=_get(hf, "intermediate_size", int, positive=True),
         activation=_ACTIVATIONS[act],
-        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        norm_eps=_get(hf, "rms_norm_eps", float, 1e-6),
         norm_plus_one=is_gemma,
         qk_norm=family in ("gemma3", "qwen3"),
         sandwich_norm=is_gemma,
         scale_embeddings=is_gemma,
-        tie_embeddings=hf.get("tie_word_embeddings", is_gemma),
+        tie_embeddings=_get(hf, "tie_word_embeddings", bool, is_gemma),
         rope_base=float(global_rope.get("rope_theta", 10_000.0)),
         rope_local_base=float(local_rope["rope_theta"]) if pattern else None,
         rope_scaling=_rope_scaling(global_rope),
-        sliding_window=hf.get("sliding_window") if pattern else None,
+        sliding_window=_get(hf, "sliding_window", int, positive=True) if pattern else None,
         sliding_window_pattern=pattern,
-        query_pre_attn_scalar=hf.get("query_pre_attn_scalar"),
-        max_seq_len=hf.get("max_position_embeddings", 8192),
-        bos_id=hf.get("bos_token_id") if hf.get("bos_token_id") is not None else 2,
-        eos_id=eos[0] if isinstance(eos, list) else eos,
-        pad_id=hf.get("pad_token_id") if hf.get("pad_token_id") is not None else 0,
+        query_pre_attn_scalar=_get(hf, "query_pre_attn_scalar", float, None),
+        max_seq_len=_get(hf, "max_position_embeddings", int, 8192, positive=True),
+        bos_id=_get(hf, "bos_token_id", int, 2),
+        eos_id=eos,
+        pad_id=_get(hf, "pad_token_id", int, 0),
     )
+
+
+def read_config(directory: str | Path) -> ModelConfig:
+    """The ModelConfig of a checkpoint directory's config.json; one line naming the file and the problem."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory}: no config.json (expected a Hugging Face checkpoint directory)")
+    try:
+        hf = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        return config_from_hf(hf)
+    except ValueError as e:
+        raise ValueError(f"{path}: {str(e).removeprefix('config.json: ')}") from None
 
 
 def config_to_hf(c: ModelConfig) -> dict:
@@ -196,6 +247,9 @@ def weight_map(c: ModelConfig) -> dict[tuple, tuple[str, Callable]]:
 
 
 _PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
+# tensors a text checkpoint may hold that no config value asks for: a multimodal model's vision parts, old
+# rotary caches, a tied lm_head saved anyway
+_IGNORED = re.compile(r"^(model\.)?(vision_tower|multi_modal_projector)\.|rotary_emb\.inv_freq$")
 
 
 def _canonical(name: str) -> str:
@@ -222,7 +276,22 @@ def model_from_tensors(config: ModelConfig, tensors: dict[str, np.ndarray], *, w
             raise ValueError(f"{where}: tensor {hf_name!r} has shape {tuple(tensors[hf_name].shape)}, "
                              f"the config expects {var.shape[::-1] if transform is _transpose else var.shape}")
         var.set_value(jnp.asarray(value, var.dtype))
+    used = {table[path][0] for path, _ in flat} | ({"lm_head.weight"} if config.tie_embeddings else set())
+    unused = sorted(k for k in tensors if k not in used and not _IGNORED.search(k))
+    if unused:
+        raise ValueError(f"{where}: {len(unused)} tensors are not used by the config (num_layers="
+                         f"{config.num_layers}): {_summarize(unused)}; the config and the weights disagree")
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def _summarize(names: list[str]) -> str:
+    """Tensor names with each layer's group folded: "model.layers.4.* (11 tensors), model.layers.5.* (11 tensors)"."""
+    groups: dict[str, int] = {}
+    for name in names:
+        layer = re.match(r"(.*?\.layers\.\d+)\.", name)
+        key = layer.group(1) + ".*" if layer else name
+        groups[key] = groups.get(key, 0) + 1
+    return ", ".join(k if n == 1 and not k.endswith("*") else f"{k} ({n} tensors)" for k, n in groups.items())
 
 
 def model_to_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarray]:
@@ -241,33 +310,39 @@ def model_to_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarr
 
 
 def read_tensors(directory: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     index = directory / "model.safetensors.index.json"
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{index}: not a safetensors index (a JSON mapping with a weight_map): "
+                             f"{type(e).__name__}: {e}") from None
     elif (directory / "model.safetensors").exists():
         files = ["model.safetensors"]
     else:
         raise FileNotFoundError(f"{directory}: no model.safetensors or model.safetensors.index.json")
     tensors = {}
     for name in files:
-        # torch checkpoints may hold bf16; safetensors.numpy cannot, so go through the flax loader.
+        path = directory / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (listed in {index.name})")
         try:
-            tensors |= load_file(directory / name)
-        except (TypeError, ValueError):
+            tensors |= load_file(path)
+        except (TypeError, ValueError):  # torch checkpoints may hold bf16, which numpy cannot: load via flax
             from safetensors.flax import load_file as load_flax
-            tensors |= {k: np.asarray(v, np.float32) for k, v in load_flax(directory / name).items()}
+            tensors |= {k: np.asarray(v, np.float32) for k, v in load_flax(path).items()}
+        except SafetensorError as e:
+            raise ValueError(f"{path}: not a readable safetensors file ({e}); it may be truncated or corrupt: "
+                             "export or download it again") from None
     return tensors
 
 
 def load_hf_model(directory: str | Path) -> Transformer:
     directory = Path(directory)
-    config_path = directory / "config.json"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{directory}: no config.json (expected a Hugging Face checkpoint directory)")
-    config = config_from_hf(json.loads(config_path.read_text()))
-    return model_from_tensors(config, read_tensors(directory), where=str(directory))
+    return model_from_tensors(read_config(directory), read_tensors(directory), where=str(directory))
 
 
 def save_hf_model(model: Transformer, directory: str | Path, dtype=np.float32) -> Path:
