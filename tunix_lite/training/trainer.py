@@ -20,6 +20,10 @@ The conventions every loss follows:
 - **Compile once.** Batches are fixed rectangles of numeric arrays with rows first; a short last batch is
   zero-padded (`pad_batch`), so one compiled step serves the whole run. Micro-batches are split inside the one
   jitted step by a `lax.scan`, so compile time does not grow with their number.
+- **One code path on any mesh.** `mesh=` (see tunix_lite.sharding) places the model and `frozen` by the rules
+  before the optimizer state is built (so the state is sharded like the parameters), splits every padded batch's
+  rows over the data-parallel axes, and runs the step under the mesh. A batch whose rows the mesh cannot split
+  evenly is refused. With several processes every process passes the same global batch and places only its rows.
 - **Metrics stay on the device** until the host needs them: `fit` reads them every `log_every` steps (and before
   an evaluation or a checkpoint), so the host never waits for a step it has just dispatched. A non-finite loss or
   gradient norm then stops training and names the step where it first appeared.
@@ -36,6 +40,8 @@ import numpy as np
 import optax
 from flax import nnx
 from tqdm.auto import tqdm
+
+from tunix_lite import sharding
 
 if TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
     from tunix_lite.training.checkpoint import Checkpoints
@@ -140,13 +146,19 @@ class Trainer:
 
     frozen: what `loss_fn` receives as its third argument (None by default): a reference policy, a teacher, or a
     pytree of them. Put it in eval mode (no dropout): it is read, never updated.
+    mesh: a jax Mesh with tunix_lite.sharding's axes (`sharding.resolve_mesh("fsdp")`, a course profile's
+    `profile.mesh()`): the model and `frozen` are placed on it in place, arrays they share staying shared.
+    Default: the mesh the model was already placed on (`sharding.shard_model`), if any.
     """
 
     def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *,
-                 wrt=nnx.Param, micro_batches: int = 1, frozen: Any = None):
+                 wrt=nnx.Param, micro_batches: int = 1, frozen: Any = None, mesh: jax.sharding.Mesh | None = None):
         if micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
         self.model, self.loss_fn, self.wrt, self.micro_batches = model, loss_fn, wrt, micro_batches
+        self.mesh = mesh if mesh is not None else sharding.model_mesh(model)  # placed already: stay there
+        if self.mesh is not None:  # before the optimizer: its moments are made like the parameters they follow
+            sharding.shard_model((model, frozen), self.mesh)
         self.frozen = frozen
         self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
         self._history: list[dict] = []  # on the host: one dict of floats per step
@@ -173,8 +185,16 @@ class Trainer:
             batch, rows = pad_batch(batch, self._rows), self._rows
         if rows % self.micro_batches:
             raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
-        metrics = train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn, wrt=self.wrt,
-                             micro_batches=self.micro_batches)
+        shards = sharding.batch_shards(self.mesh)
+        if rows % (self.micro_batches * shards):
+            raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batch(es) of "
+                             f"whole rows on each of the mesh's {shards} data x fsdp shards; use a batch size that "
+                             f"is a multiple of {self.micro_batches * shards}")
+        if self.mesh is not None:
+            batch = sharding.shard_batch(batch, self.mesh)
+        with sharding.use_mesh(self.mesh):
+            metrics = train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn, wrt=self.wrt,
+                                 micro_batches=self.micro_batches)
         metrics = {"step": self.steps_done + 1} | metrics
         self._pending.append(metrics)
         return metrics
@@ -211,7 +231,7 @@ class Trainer:
         """
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
-        bar = tqdm(total=steps, desc=desc)
+        bar = tqdm(total=steps, desc=desc, disable=not sharding.is_main_process())
         last = self.steps_done + steps
         try:
             for _, batch in zip(range(steps), batches):
@@ -259,15 +279,24 @@ class Trainer:
 _eval_metrics = nnx.jit(lambda model, frozen, batch, loss_fn: loss_fn(model, batch, frozen)[1], static_argnums=3)
 
 
-def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict], *, frozen: Any = None) -> dict:
+def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict], *, frozen: Any = None,
+             mesh: jax.sharding.Mesh | None = None) -> dict:
     """loss_fn's metrics over `batches` without training, weighted by each batch's count as in a step (so the
     result is the mean over every unit of every batch). Short batches are padded; `loss_fn` is a static
-    argument, so pass the same function object each time (a new lambda or partial compiles again)."""
+    argument, so pass the same function object each time (a new lambda or partial compiles again).
+    mesh: the mesh to evaluate on (default: the one `model` was placed on, if any, e.g. by a Trainer): each batch's
+    rows are split over it (padded to a multiple of its data-parallel shards)."""
+    mesh = mesh if mesh is not None else sharding.model_mesh(model)
     per_batch, rows = [], None
+    shards = sharding.batch_shards(mesh)
     for batch in batches:
         batch = check_batch(batch)
-        rows = rows or batch_rows(batch)
-        per_batch.append(_eval_metrics(model, frozen, pad_batch(batch, rows), loss_fn))
+        rows = rows or -(-batch_rows(batch) // shards) * shards
+        batch = pad_batch(batch, rows)
+        if mesh is not None:
+            batch = sharding.shard_batch(batch, mesh)
+        with sharding.use_mesh(mesh):
+            per_batch.append(_eval_metrics(model, frozen, batch, loss_fn))
     if not per_batch:
         raise ValueError("evaluate got no batches")
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_batch)
