@@ -179,11 +179,13 @@ def logical_to_spec(axes: tuple, shape: tuple[int, ...], mesh, rules=None,
     spec = []
     for name, dim in zip(axes, shape):
         mesh_axes = rules.get(name) if name else None
-        if mesh_axes is not None:
-            mesh_axes = tuple(a for a in np.atleast_1d(mesh_axes) if mesh.shape.get(a, 1) > 1) or None
+        if mesh_axes is not None:  # axes of size 1 shard nothing: leave them out of the spec
+            mesh_axes = tuple(str(a) for a in np.atleast_1d(mesh_axes) if mesh.shape.get(str(a), 1) > 1) or None
         size = math.prod(mesh.shape[a] for a in mesh_axes) if mesh_axes else 1
         ok = mesh_axes and dim % size == 0 and units.get(name, size) % size == 0
         spec.append((mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes) if ok else None)
+    while spec and spec[-1] is None:  # the canonical form jit gives its outputs, so step 2 reuses step 1's compile
+        spec.pop()
     return PartitionSpec(*spec)
 
 
@@ -215,12 +217,12 @@ def variable_spec(var: nnx.Variable, mesh, units: Mapping[str, int] | None = Non
     return logical_to_spec(axes, value.shape, mesh, units=units)
 
 
-def param_shardings(model, mesh, filter=...) -> nnx.State:
-    """The NamedSharding the rules give every variable of `model` (a State of shardings)."""
+def param_shardings(model, mesh, filter=...) -> dict:
+    """{dotted path: the NamedSharding the rules give that variable} for the variables of `model` that `filter`
+    selects."""
     units = _head_units(model)
-    state = nnx.state(model, filter)
-    return jax.tree.map(lambda v: NamedSharding(mesh, variable_spec(v, mesh, units)), state,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return {".".join(map(str, path)): NamedSharding(mesh, variable_spec(var, mesh, units))
+            for path, var in nnx.to_flat_state(nnx.state(model, filter))}
 
 
 def _place(x, sharding: NamedSharding):
@@ -236,8 +238,9 @@ def _place(x, sharding: NamedSharding):
 
 
 def shard_model(tree, mesh: jax.sharding.Mesh):
-    """Place every variable of a module (or of a pytree of modules, e.g. a trainer's `frozen`) on `mesh` following
-    its logical_axes metadata, in place; plain arrays in the pytree are replicated. Returns `tree`.
+    """Place every variable of a module (or of a pytree of modules, e.g. a trainer's `frozen`, or an nnx.Optimizer,
+    whose moments carry their parameter's logical axes) on `mesh` following its logical_axes metadata, in place;
+    plain arrays in the pytree are replicated. Returns `tree`.
 
     An array shared by several variables (a LoRA reference view and the model it came from) is placed once
     and stays shared."""
@@ -250,8 +253,8 @@ def shard_model(tree, mesh: jax.sharding.Mesh):
             placed[key] = _place(value, sharding)
         return placed[key]
 
-    for module in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nnx.Module)):
-        if not isinstance(module, nnx.Module):
+    for module in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nnx.Pytree)):
+        if not isinstance(module, nnx.Pytree):  # a Module, or e.g. an nnx.Optimizer
             continue
         flat = nnx.to_flat_state(nnx.state(module))
         for _, var in flat:
@@ -259,7 +262,7 @@ def shard_model(tree, mesh: jax.sharding.Mesh):
         nnx.update(module, nnx.from_flat_state(flat))
     replicated = NamedSharding(mesh, PartitionSpec())
     return jax.tree.map(lambda x: place(x, replicated) if isinstance(x, (jax.Array, np.ndarray)) else x, tree,
-                        is_leaf=lambda x: isinstance(x, nnx.Module))
+                        is_leaf=lambda x: isinstance(x, nnx.Pytree))
 
 
 def shard_batch(batch: dict, mesh: jax.sharding.Mesh) -> dict:
@@ -328,22 +331,27 @@ class WeightSync:
     def __init__(self, source: nnx.Module, mesh: jax.sharding.Mesh | None = None, *, wrt=nnx.Param,
                  max_bytes: int | None = 256 * 2**20):
         self.source, self.mesh, self.wrt, self.max_bytes = source, mesh, wrt, max_bytes
+        self.last = {"bytes": 0, "chunks": 0, "largest_chunk": 0}
         if mesh is None:
             self.model = source
-            self.last = {"bytes": 0, "chunks": 0, "largest_chunk": 0}
             return
-        self.model = nnx.clone(source)  # the module tree; its arrays are replaced below
-        state = nnx.state(self.model)
-        moved, self.last = reshard(state, param_shardings(self.model, mesh), max_bytes=max_bytes)
-        nnx.update(self.model, moved)
-        self._targets = param_shardings(self.model, mesh, wrt)
+        self.model = nnx.clone(source)  # the module tree; every array is replaced by its copy on `mesh` below
+        self.last = self._send(...)
+
+    def _send(self, filter) -> dict:
+        targets = param_shardings(self.model, self.mesh, filter)
+        source = {".".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(nnx.state(self.source, filter))}
+        moved, stats = reshard(source, targets, max_bytes=self.max_bytes)
+        flat = nnx.to_flat_state(nnx.state(self.model, filter))
+        for path, var in flat:
+            var.set_value(moved[".".join(map(str, path))])
+        nnx.update(self.model, nnx.from_flat_state(flat))
+        return stats
 
     def __call__(self) -> dict:
         """Send the trained variables to the rollout copy; returns {"bytes", "chunks", "largest_chunk"}."""
-        if self.mesh is None:
-            return self.last
-        moved, self.last = reshard(nnx.state(self.source, self.wrt), self._targets, max_bytes=self.max_bytes)
-        nnx.update(self.model, moved)
+        if self.mesh is not None:
+            self.last = self._send(self.wrt)
         return self.last
 
 
