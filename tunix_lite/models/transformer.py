@@ -258,7 +258,12 @@ class Transformer(nnx.Module):
             self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
 
     def _embed(self, tokens):
-        x = self.embedder(tokens)
+        table = self.embedder.embedding[...]
+        if self.embedder.dtype is not None:
+            table = table.astype(self.embedder.dtype)
+        # On a mesh, gather the table's model dimension first (FSDP's usual weight all-gather): a lookup into a
+        # D-split table yields D-split rows, which XLA cannot cheaply turn into the row-split [B, T, D] layout.
+        x = jnp.take(constrain(table, ("vocab", None)), tokens, axis=0)
         if self.config.scale_embeddings:
             x = x * jnp.asarray(math.sqrt(self.config.embed_dim), x.dtype)
         return x
