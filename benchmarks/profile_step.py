@@ -66,13 +66,10 @@ def main():
 
     import jax
 
-    from tunix_lite.training.trainer import train_step
-
     trainer, batch = impl_tunix_lite.train_setup(common.WORKLOADS[args.workload])
     for _ in range(2):
         float(trainer.step(batch)["loss"])
-    compiled = train_step.lower(trainer.model, trainer.optimizer, trainer.frozen, batch, loss_fn=trainer.loss_fn,
-                                wrt=trainer.wrt, micro_batches=trainer.micro_batches).compile()  # the step's program, for its op names
+    compiled = trainer.lower(batch).compile()  # the step's program, for its op names
     ops = op_table(compiled.as_text())
     with tempfile.TemporaryDirectory() as trace_dir:
         jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)

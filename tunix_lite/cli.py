@@ -1,4 +1,4 @@
-"""`tunix-lite` command line: info, generate, train, sft (and the course's grade / build-exercises)."""
+"""`tunix-lite` command line: info, generate, train, sft, plan (and the course's grade / build-exercises)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,19 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from tunix_lite.planner import Plan
+
+    rollout = tuple(int(x) for x in args.rollout.split(",")) if args.rollout else None
+    if rollout is not None and len(rollout) != 2:
+        raise ValueError(f"--rollout: expected G,NEW_TOKENS (e.g. 8,256), got {args.rollout!r}")
+    plan = Plan.make(args.model, args.devices, args.strategy, batch=args.batch, seq=args.seq, lora_rank=args.lora,
+                     quantize=args.quantize, remat=args.remat, logits_chunk=args.logits_chunk,
+                     compute_dtype=args.dtype, micro_batches=args.micro_batches, rollout=rollout, tensor=args.tensor)
+    print(plan.report())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument("--model", default=None, help="override the config's model")
         train.add_argument("--output-dir", default=None, help="override the config's output_dir")
         train.set_defaults(fn=cmd_train)
+
+    plan = sub.add_parser("plan", help="memory per device, FLOPs, roofline step time and MFU of a training step")
+    plan.add_argument("--model", default="gemma3-1b", help="a preset: tiny, gemma3-270m, gemma3-1b, llama3.2-1b, ...")
+    plan.add_argument("--devices", default="v5e-8", help="KIND-COUNT: v3-8, v4-8, v5e-8, v5p-8, v6e-8, h100-8, a100-8")
+    plan.add_argument("--strategy", default="fsdp", choices=["dp", "fsdp", "tp", "fsdp_tp"])
+    plan.add_argument("--batch", type=int, default=32, help="rows per optimizer step")
+    plan.add_argument("--seq", type=int, default=1024, help="tokens per row")
+    plan.add_argument("--lora", type=int, default=None, help="LoRA rank (train adapters only)")
+    plan.add_argument("--quantize", choices=["int8", "nf4"], default=None, help="QLoRA base format (with --lora)")
+    plan.add_argument("--remat", action="store_true", help="recompute block activations in the backward pass")
+    plan.add_argument("--logits-chunk", type=int, default=None, help="tokens per vocabulary-projection chunk")
+    plan.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"], help="compute dtype")
+    plan.add_argument("--micro-batches", type=int, default=1)
+    plan.add_argument("--tensor", type=int, default=None, help="tensor-parallel size for fsdp_tp (default 2)")
+    plan.add_argument("--rollout", default=None, help="G,NEW_TOKENS: add the sampler's KV cache for G samples of "
+                                                      "each of the batch's prompts")
+    plan.set_defaults(fn=cmd_plan)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")

@@ -77,7 +77,13 @@ class QLoRALinear(LoRALinear):
 
     def _keep_base(self, kernel: nnx.Param):
         q = quantize(kernel[...], self.fmt)
-        self.codes, self.scales, self.shape = QuantizedWeight(q.codes), QuantizedWeight(q.scales), q.shape
+        # Logical axes so the quantized base shards like the kernel it replaces: int8 codes are [in, out] with one
+        # scale per output column; nf4 blocks run row-major over [in, out], so block rows follow the input axis.
+        into, out = kernel.get_metadata().get("logical_axes", (None, None))
+        codes_axes, scales_axes = ((into, out), (out,)) if self.fmt == "int8" else ((into, None), (into,))
+        self.codes = QuantizedWeight(q.codes, logical_axes=codes_axes)
+        self.scales = QuantizedWeight(q.scales, logical_axes=scales_axes)
+        self.shape = q.shape
 
     def base_kernel(self) -> jax.Array:
         return dequantize(QTensor(self.codes[...], self.scales[...], self.fmt, self.shape))

@@ -7,6 +7,10 @@ samples and decodes one token per step until every row has hit a stop token or t
 The sampler is also the RL rollout engine: it always samples from the model's current weights (it reads them
 at every call, so training steps, checkpoint restores and adapter changes need no refresh), and
 `num_samples=G` draws G completions per prompt from one prefill of that prompt.
+
+On a mesh (`Sampler(..., mesh=mesh)`) the prompts' rows and the KV cache [B, S, K, H] are split over the
+data-parallel axes and the cache's kv heads over `tensor` (a single KV head stays whole), by the same rules as
+training (tunix_lite.sharding); the samples equal those drawn on one device.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from flax import nnx
 
 from tunix_lite.chat import stop_ids as chat_stop_ids
 from tunix_lite.models.transformer import KVCache, Transformer
+from tunix_lite.sharding import (ACT_BTKH, batch_shards, constrain, model_mesh, shard_batch, shard_model, to_host,
+                                 use_mesh)
 from tunix_lite.tokenizer import padding_id
 
 _NEG_INF = -jnp.inf
@@ -83,12 +89,16 @@ def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax
     def repeat(x):  # [B, ...] -> [B*G, ...]: each prompt's row once per sample
         return jnp.repeat(x, G, axis=0) if G > 1 else x
 
+    def place(cache: KVCache) -> KVCache:  # on a mesh: rows over data x fsdp, kv heads over tensor
+        k, v = (tuple(constrain(x, ACT_BTKH) for x in kv) for kv in (cache.k, cache.v))
+        return cache._replace(k=k, v=v, positions=constrain(cache.positions, ("batch", "sequence")))
+
     if strategy.use_cache:
         B, P = prompt.shape
-        cache = KVCache.init(model.config, B, P + N)
+        cache = place(KVCache.init(model.config, B, P + N))
         logits, cache = model.decode(prompt, positions, cache, last_only=True)
         # one prefill per prompt; its KV entries are copied to the prompt's G sample rows
-        step_state = jax.tree.map(repeat, cache._replace(end=None))._replace(end=cache.end)
+        step_state = place(jax.tree.map(repeat, cache._replace(end=None))._replace(end=cache.end))
         logits, positions = repeat(logits), repeat(positions)
         B = B * G
     else:  # recompute the whole sequence every step: the baseline the cache is measured against
@@ -205,11 +215,17 @@ class Sampler:
 
     Stop ids default to the tokenizer's eos and its chat template's end-of-turn (`tunix_lite.chat.stop_ids`);
     padding uses `tunix_lite.tokenizer.padding_id`. The model is read at every call, never cached.
+    mesh: sample on this mesh; the model is placed on it by the sharding rules (in place, as a Trainer does).
+    Default: the mesh the model is on (a trainer's model), else one device. Rows are padded to a multiple of the
+    mesh's data-parallel shards.
     """
 
     def __init__(self, model: Transformer, tokenizer, *, stop_ids: Sequence[int] | None = None,
-                 bucket: int = 32):
+                 bucket: int = 32, mesh: jax.sharding.Mesh | None = None):
         self.model, self.tokenizer, self.bucket = model, tokenizer, bucket
+        if mesh is not None:
+            shard_model(model, mesh)
+        self.mesh = mesh  # None: whichever mesh the model is on when generate() runs
         self.stop_ids = tuple(stop_ids) if stop_ids is not None else tuple(chat_stop_ids(tokenizer))
         self.pad_id = padding_id(tokenizer)
 
@@ -234,11 +250,20 @@ class Sampler:
         strategy = Strategy(greedy=temperature == 0.0, top_k=top_k, use_top_p=top_p is not None,
                             use_cache=use_cache)
         graphdef, state = nnx.split(self.model)  # the weights as they are now
-        out_tokens, logprobs, lengths = _generate_jit(
-            graphdef, state, jnp.asarray(tokens), jnp.asarray(positions), jax.random.key(seed),
-            jnp.float32(temperature or 1.0), jnp.float32(top_p or 1.0), jnp.asarray(self.stop_ids, jnp.int32),
-            max_new_tokens=int(max_new_tokens), num_samples=int(num_samples), pad=self.pad_id, strategy=strategy)
-        out_tokens, logprobs, lengths = map(np.asarray, (out_tokens, logprobs, lengths))
+        rows = {"tokens": tokens, "positions": positions}
+        mesh = self.mesh if self.mesh is not None else model_mesh(self.model)
+        if mesh is not None:  # whole rows per shard: repeat the last prompt, drop its samples afterwards
+            extra = -len(tokens) % batch_shards(mesh)
+            rows = shard_batch({k: np.concatenate([v, np.repeat(v[-1:], extra, axis=0)]) for k, v in rows.items()},
+                               mesh)
+        with use_mesh(mesh):
+            out_tokens, logprobs, lengths = _generate_jit(
+                graphdef, state, jnp.asarray(rows["tokens"]), jnp.asarray(rows["positions"]), jax.random.key(seed),
+                jnp.float32(temperature or 1.0), jnp.float32(top_p or 1.0), jnp.asarray(self.stop_ids, jnp.int32),
+                max_new_tokens=int(max_new_tokens), num_samples=int(num_samples), pad=self.pad_id,
+                strategy=strategy)
+        R = len(tokens) * int(num_samples)
+        out_tokens, logprobs, lengths = (to_host(x)[:R] for x in (out_tokens, logprobs, lengths))
         texts = [self.tokenizer.decode([t for t in row[:n] if t not in self.stop_ids])
                  for row, n in zip(out_tokens, lengths)]
         G = int(num_samples)

@@ -8,7 +8,8 @@ Positions carry padding: a position < 0 marks a padded token (queries) or an emp
 so one int array replaces a separate attention mask.
 
 Every parameter carries `logical_axes` metadata (vocab / embed / heads / kv_heads / mlp) that
-`tunix_lite.sharding` maps onto a device mesh.
+`tunix_lite.sharding` maps onto a device mesh; activations are constrained to their logical axes at block
+boundaries (`constrain`, which does nothing unless a mesh is set).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 from tunix_lite.models.config import ModelConfig, RopeScaling
+from tunix_lite.sharding import ACT_BTD, ACT_BTKH, ACT_BTNH, constrain
 
 # A finite "minus infinity": a fully masked row (a padding query) softmaxes to uniform, not NaN.
 _MASKED = -2.3819763e38
@@ -175,9 +177,9 @@ class Attention(nnx.Module):
         slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
         c = self.config
         B, T, _ = x.shape
-        q = self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim)
-        k = self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)
-        v = self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim)
+        q = constrain(self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim), ACT_BTNH)
+        k = constrain(self.k_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim), ACT_BTKH)
+        v = constrain(self.v_proj(x).reshape(B, T, c.num_kv_heads, c.head_dim), ACT_BTKH)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.is_global:
@@ -225,11 +227,14 @@ class Block(nnx.Module):
         self.sandwich = config.sandwich_norm
 
     def __call__(self, x, positions, **attn_kwargs):
+        # On a mesh the residual stream enters and leaves every block as [B, T, D] with rows split and D whole
+        # (a no-op without one): left alone, XLA may split D like the FSDP weights and all-reduce every norm.
+        x = constrain(x, ACT_BTD)
         h, kv = self.attn(self.input_norm(x), positions, **attn_kwargs)
         x = x + (self.post_attn_norm(h) if self.sandwich else h)
         h = self.mlp(self.pre_mlp_norm(x))
         x = x + (self.post_mlp_norm(h) if self.sandwich else h)
-        return x, kv
+        return constrain(x, ACT_BTD), kv
 
 
 def _run_block(block: Block, x, positions, segment_ids):
@@ -253,7 +258,12 @@ class Transformer(nnx.Module):
             self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
 
     def _embed(self, tokens):
-        x = self.embedder(tokens)
+        table = self.embedder.embedding[...]
+        if self.embedder.dtype is not None:
+            table = table.astype(self.embedder.dtype)
+        # On a mesh, gather the table's model dimension first (FSDP's usual weight all-gather): a lookup into a
+        # D-split table yields D-split rows, which XLA cannot cheaply turn into the row-split [B, T, D] layout.
+        x = jnp.take(constrain(table, ("vocab", None)), tokens, axis=0)
         if self.config.scale_embeddings:
             x = x * jnp.asarray(math.sqrt(self.config.embed_dim), x.dtype)
         return x

@@ -74,6 +74,10 @@ class OptimOptions:
     steps: int = option(200, "optimizer steps (a resumed run may ask for more)", ge=1, resume="grow")
     batch_size: int = option(16, "rows per optimizer step (pairs for DPO)", ge=1)
     micro_batches: int = option(1, "split each batch into this many pieces, accumulated exactly in one step", ge=1)
+    mesh: str | dict[str, int] | None = option(
+        None, "devices to train on: null (one device), auto (from the device count and kind), a strategy (dp, fsdp, "
+              "tp, fsdp_tp) over every device, or axis sizes {data: D, fsdp: F, tensor: T} (one may be -1: the rest)",
+        resume="free")
     learning_rate: float = option(1e-3, "peak learning rate (linear warmup, then cosine decay to 10%)", gt=0)
     warmup_steps: int = option(20, "steps of linear warmup; fewer than steps", ge=0)
     weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
@@ -250,6 +254,8 @@ class ConfigBase:
         if self.batch_size % self.micro_batches:
             raise ConfigError(f"micro_batches: batch_size={self.batch_size} is not a multiple of "
                               f"micro_batches={self.micro_batches}")
+        if self.mesh is not None:
+            check_mesh(self.mesh, self.batch_size, self.micro_batches)
         if self.warmup_steps >= self.steps:
             raise ConfigError(f"warmup_steps: {self.warmup_steps} must be less than steps={self.steps}")
         if self.template is not None:
@@ -304,6 +310,47 @@ class ConfigBase:
 
 
 SHARED_PARTS = (ModelOptions, OptimOptions, DataOptions, RunOptions)
+
+
+def check_mesh(mesh: str | dict, batch_size: int, micro_batches: int = 1, num_devices: int | None = None) -> None:
+    """ConfigError unless `mesh` names a strategy or valid axis sizes that split batch_size into whole rows per
+    data-parallel shard and micro-batch (with num_devices: also that the sizes use exactly that many devices)."""
+    from tunix_lite.sharding import MESH_AXES, STRATEGIES, strategy_shape
+
+    choices = ["auto", *STRATEGIES]
+    if isinstance(mesh, str):
+        if mesh not in choices:
+            close = difflib.get_close_matches(mesh, choices, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"mesh: {mesh!r} is not a strategy{hint}; choose one of {', '.join(choices)}, or axis "
+                              "sizes such as {data: 1, fsdp: 4, tensor: 2}")
+        if num_devices is None or mesh == "auto":
+            return
+        try:
+            sizes = strategy_shape(mesh, num_devices)
+        except ValueError as e:
+            raise ConfigError(f"mesh: {e}") from None
+    else:
+        unknown = sorted(set(mesh) - set(MESH_AXES))
+        if unknown:
+            raise ConfigError(f"mesh: unknown axis {unknown[0]!r}; the axes are {', '.join(MESH_AXES)}")
+        bad = {k: v for k, v in mesh.items() if v == 0 or v < -1}
+        if bad or list(mesh.values()).count(-1) > 1:
+            raise ConfigError(f"mesh: axis sizes must be >= 1, with at most one -1 (the remaining devices); got {mesh}")
+        sizes = {"data": 1, "fsdp": 1, "tensor": 1} | mesh
+        if num_devices is not None:
+            known = math.prod(v for v in sizes.values() if v != -1)
+            sizes = {k: (num_devices // known if v == -1 else v) for k, v in sizes.items()}
+            if math.prod(sizes.values()) != num_devices:
+                raise ConfigError(f"mesh: {mesh} needs {math.prod(sizes.values())} devices, this machine has "
+                                  f"{num_devices}")
+        elif -1 in sizes.values():
+            return
+    shards = sizes["data"] * sizes["fsdp"]
+    if batch_size % (shards * micro_batches):
+        raise ConfigError(f"batch_size: {batch_size} rows cannot be split into {micro_batches} micro-batch(es) of whole "
+                          f"rows on each of the mesh's {shards} data x fsdp shards ({mesh}); use a multiple of "
+                          f"{shards * micro_batches}")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

@@ -10,6 +10,10 @@ What `Run.train` does with an output_dir:
   model's trained variables (+ RNG state), the optimizer state and the history; scores.json the evaluation before
   and after; model/ (full fine-tuning: a Hugging Face-layout checkpoint with the tokenizer) or adapters.safetensors
   (LoRA), each written under a temporary name and renamed, so an interrupted export never looks complete.
+- `mesh:` places the model (and `frozen`) on a device mesh and splits every batch over it (tunix_lite.sharding);
+  with several processes (`initialize_distributed`: TPU pods, SLURM, JAX_COORDINATOR_ADDRESS) every process runs
+  the same command, process 0 alone prints, logs and exports, and every process writes its shards of each
+  checkpoint. A run may resume on another mesh shape.
 - Rerunning the same command resumes from the latest checkpoint. A config that would change the run's trajectory
   (model, data, batch size, seed, adapters...) is refused before anything is written, with the field and both
   values; `steps` may grow. The files a config names (a data file, a model directory) are fingerprinted in
@@ -30,10 +34,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import jax
 import yaml
 from flax import nnx
 
-from tunix_lite.training.config import ConfigError
+from tunix_lite import sharding
+from tunix_lite.training.config import ConfigError, check_mesh
 from tunix_lite.training.trainer import LossFn, Trainer, adamw_cosine
 
 
@@ -147,7 +153,8 @@ class Run:
     """One training run of any algorithm; see the module docstring."""
 
     def __init__(self, config, *, verbose: bool = True):
-        self.config, self.verbose = config, verbose
+        sharding.initialize_distributed()  # before anything touches a device; nothing happens on one machine
+        self.config, self.verbose = config, verbose and sharding.is_main_process()
         self.start = time.perf_counter()
         self.out = Path(config.output_dir).expanduser() if config.output_dir else None
         self.resume_from = 0
@@ -217,7 +224,8 @@ class Run:
         wrt = wrt if wrt is not None else trained_variables(config)
         tx = adamw_cosine(config.learning_rate, config.steps, warmup_steps=config.warmup_steps,
                           weight_decay=config.weight_decay, clip_norm=config.clip_norm)
-        trainer = Trainer(model, tx, loss_fn, wrt=wrt, micro_batches=config.micro_batches, frozen=frozen)
+        trainer = Trainer(model, tx, loss_fn, wrt=wrt, micro_batches=config.micro_batches, frozen=frozen,
+                          mesh=self.mesh())
 
         def evaluate(model):
             model.eval()  # dropout off while measuring
@@ -255,18 +263,36 @@ class Run:
             self._export(model, tokenizer, before or {}, after)
         return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
 
+    def mesh(self) -> jax.sharding.Mesh | None:
+        """The config's `mesh:` on this machine's devices (ConfigError when they do not fit it)."""
+        config = self.config
+        if config.mesh is None:
+            return None
+        check_mesh(config.mesh, config.batch_size, config.micro_batches, num_devices=jax.device_count())
+        mesh = sharding.resolve_mesh(config.mesh)
+        shards = sharding.batch_shards(mesh)
+        if config.batch_size % (shards * config.micro_batches):  # `auto` is only known here
+            raise ConfigError(f"batch_size: {config.batch_size} rows cannot be split into {config.micro_batches} "
+                              f"micro-batch(es) on each of the {shards} data x fsdp shards of mesh: {config.mesh} "
+                              f"({dict(mesh.shape)}); use a multiple of {shards * config.micro_batches}")
+        self.say(f"mesh: {dict(mesh.shape)} over {mesh.devices.size} {sharding.device_kind()} devices")
+        return mesh
+
     def _open_outputs(self, trainer: Trainer, wrt):
         from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
 
         out, config = self.out, self.config
-        if self.start_over:
-            shutil.rmtree(out)
-        out.mkdir(parents=True, exist_ok=True)
-        if not self.resume_from:
-            (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-            (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n", encoding="utf-8")
-        metrics = JsonlLogger(out / "metrics.jsonl", keep_through=self.resume_from)
-        loggers = [metrics] + ([TensorBoardLogger(out / "tensorboard")] if config.tensorboard else [])
+        loggers = []
+        if sharding.is_main_process():  # one process writes the run's files; every one writes checkpoint shards
+            if self.start_over:
+                shutil.rmtree(out)
+            out.mkdir(parents=True, exist_ok=True)
+            if not self.resume_from:
+                (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+                (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n", encoding="utf-8")
+            metrics = JsonlLogger(out / "metrics.jsonl", keep_through=self.resume_from)
+            loggers = [metrics] + ([TensorBoardLogger(out / "tensorboard")] if config.tensorboard else [])
+        _all_processes_reach("outputs")
         checkpoints = None
         if config.checkpoint_every:
             from tunix_lite.training.checkpoint import Checkpoints
@@ -278,6 +304,11 @@ class Run:
 
     def _export(self, model, tokenizer, before: dict, after: dict) -> None:
         out = self.out
+        mesh = sharding.model_mesh(model)
+        if jax.process_count() > 1 and mesh is not None:  # every process joins the gather; process 0 writes
+            model = nnx.merge(nnx.graphdef(model), sharding.replicated(nnx.state(model), mesh))
+        if not sharding.is_main_process():
+            return
         if self.config.lora_rank:
             from tunix_lite.lora import save_adapters
 
@@ -294,6 +325,14 @@ class Run:
         _write_atomically(out / "scores.json", lambda tmp: tmp.write_text(
             json.dumps({"before": before, "after": after}, indent=1) + "\n", encoding="utf-8"))
         self.say(f"wrote {out}")
+
+
+def _all_processes_reach(name: str) -> None:
+    """Wait until every process gets here (nothing to wait for with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def _fmt(metrics: dict) -> str:

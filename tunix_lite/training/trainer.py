@@ -20,6 +20,10 @@ The conventions every loss follows:
 - **Compile once.** Batches are fixed rectangles of numeric arrays with rows first; a short last batch is
   zero-padded (`pad_batch`), so one compiled step serves the whole run. Micro-batches are split inside the one
   jitted step by a `lax.scan`, so compile time does not grow with their number.
+- **One code path on any mesh.** `mesh=` (see tunix_lite.sharding) places the model and `frozen` by the rules
+  before the optimizer state is built (so the state is sharded like the parameters), splits every padded batch's
+  rows over the data-parallel axes, and runs the step under the mesh. A batch whose rows the mesh cannot split
+  evenly is refused. With several processes every process passes the same global batch and places only its rows.
 - **Metrics stay on the device** until the host needs them: `fit` reads them every `log_every` steps (and before
   an evaluation or a checkpoint), so the host never waits for a step it has just dispatched. A non-finite loss or
   gradient norm then stops training and names the step where it first appeared.
@@ -27,7 +31,7 @@ The conventions every loss follows:
 
 from __future__ import annotations
 
-from functools import cache, partial
+from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import jax
@@ -36,6 +40,9 @@ import numpy as np
 import optax
 from flax import nnx
 from tqdm.auto import tqdm
+
+from tunix_lite import sharding
+from tunix_lite.quantize import QuantizedWeight
 
 if TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
     from tunix_lite.training.checkpoint import Checkpoints
@@ -111,30 +118,75 @@ def _count(metrics: dict) -> jax.Array:
     return jnp.asarray(metrics[COUNT], jnp.float32)
 
 
-@partial(nnx.jit, static_argnames=("loss_fn", "wrt", "micro_batches"))
-def train_step(model, optimizer, frozen, batch, *, loss_fn: LossFn, wrt, micro_batches: int) -> dict:
-    """One update: the count-weighted sum of the micro-batches' gradients, then the optimizer. Compiled once
-    per model/optimizer/frozen structure, loss and batch shape (new Trainers with the same ones reuse it)."""
-    graphdef, params, rest = nnx.split(model, wrt, ...)
-    frozen_graphdef, frozen_state = nnx.split(frozen)
+# Weights that never train in a step: a LoRA base, quantized or not. They enter the compiled step and never leave it,
+# so the arrays stay the very ones a reference view (`without_adapters`) or a rollout copy shares; returning them
+# would make XLA write a fresh copy of the whole base every step.
+FIXED = nnx.Any(nnx.Param, QuantizedWeight)
+
+
+def _train_step(graphdef, trained, fixed, carried, opt_graphdef, opt_state, frozen_graphdef, frozen_state, batch, *,
+                loss_fn: LossFn, wrt, micro_batches: int):
+    """One update as a pure function of the model's pieces: what trains (`wrt`), the fixed weights, and the state a
+    forward pass may change (`carried`: dropout RNG counters), plus the optimizer's and `frozen`'s states. Returns
+    (trained, carried, opt_state, metrics): only what changed leaves the program."""
     grad_fn = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)
 
     def accumulate(carry, micro_batch):
-        grad_sum, rest = carry  # rest: the state that does not train (e.g. dropout RNG counters) carried along
-        model = nnx.merge(graphdef, params, rest, copy=True)  # copy: fresh Variables inside the scan's trace
+        grad_sum, carried = carry
+        model = nnx.merge(graphdef, trained, fixed, carried, copy=True)  # copy: fresh Variables in the scan's trace
         frozen = nnx.merge(frozen_graphdef, frozen_state, copy=True)
         (_, metrics), grads = grad_fn(model, micro_batch, frozen)
         count = _count(metrics)
         grad_sum = jax.tree.map(lambda s, g: s + count * g, grad_sum, grads)
-        return (grad_sum, nnx.split(model, wrt, ...)[2]), metrics | {COUNT: count}
+        return (grad_sum, nnx.split(model, wrt, FIXED, ...)[3]), metrics | {COUNT: count}
 
-    zeros = jax.tree.map(jnp.zeros_like, params)
-    (grad_sum, rest), metrics = jax.lax.scan(accumulate, (zeros, rest), split_micro_batches(batch, micro_batches))
+    zeros = jax.tree.map(jnp.zeros_like, trained)
+    (grad_sum, carried), metrics = jax.lax.scan(accumulate, (zeros, carried),
+                                                split_micro_batches(batch, micro_batches))
     total = jnp.sum(metrics[COUNT])
     grads = jax.tree.map(lambda g: g / jnp.where(total > 0, total, 1.0), grad_sum)
-    nnx.update(model, rest)
+    model = nnx.merge(graphdef, trained, fixed, carried)
+    optimizer = nnx.merge(opt_graphdef, opt_state)
     optimizer.update(model, grads)
-    return combine_metrics(metrics, metrics[COUNT]) | {"grad_norm": optax.tree.norm(grads)}
+    metrics = combine_metrics(metrics, metrics[COUNT]) | {"grad_norm": optax.tree.norm(grads)}
+    return nnx.state(model, wrt), carried, nnx.state(optimizer), metrics
+
+
+_train_step.__name__ = "train_step"  # what compile logs and profiles call it: jit(train_step)
+_compiled_step = jax.jit(_train_step, static_argnames=("graphdef", "opt_graphdef", "frozen_graphdef", "loss_fn", "wrt",
+                                                        "micro_batches"))
+
+
+def _step_args(model, optimizer, frozen, batch, wrt) -> tuple[tuple, dict]:
+    graphdef, trained, fixed, carried = nnx.split(model, wrt, FIXED, ...)
+    opt_graphdef, opt_state = nnx.split(optimizer)
+    frozen_graphdef, frozen_state = nnx.split(frozen)
+    return (trained, fixed, carried, opt_state, frozen_state, batch), dict(
+        graphdef=graphdef, opt_graphdef=opt_graphdef, frozen_graphdef=frozen_graphdef)
+
+
+def train_step(model, optimizer, frozen, batch, *, loss_fn: LossFn, wrt, micro_batches: int) -> dict:
+    """One update of `model` and `optimizer` in place: the count-weighted sum of the micro-batches' gradients, then
+    the optimizer. Compiled once per model/optimizer/frozen structure, loss and batch shape (new Trainers with the
+    same ones reuse it). Returns the metrics (device scalars)."""
+    (trained, fixed, carried, opt_state, frozen_state, batch), graphdefs = _step_args(model, optimizer, frozen, batch,
+                                                                                      wrt)
+    trained, carried, opt_state, metrics = _compiled_step(
+        trained=trained, fixed=fixed, carried=carried, opt_state=opt_state, frozen_state=frozen_state, batch=batch,
+        loss_fn=loss_fn, wrt=wrt, micro_batches=micro_batches, **graphdefs)
+    nnx.update(model, trained, carried)
+    nnx.update(optimizer, opt_state)
+    return metrics
+
+
+def lower_train_step(model, optimizer, frozen, batch, *, loss_fn: LossFn, wrt, micro_batches: int):
+    """The step's `jax.stages.Lowered` for these arguments: `.compile()` gives its HLO (`.as_text()`) and XLA's
+    memory analysis (`.memory_analysis()`); a later step with the same shapes reuses that compile."""
+    (trained, fixed, carried, opt_state, frozen_state, batch), graphdefs = _step_args(model, optimizer, frozen, batch,
+                                                                                      wrt)
+    return _compiled_step.lower(trained=trained, fixed=fixed, carried=carried, opt_state=opt_state,
+                                frozen_state=frozen_state, batch=batch, loss_fn=loss_fn, wrt=wrt,
+                                micro_batches=micro_batches, **graphdefs)
 
 
 class Trainer:
@@ -142,15 +194,23 @@ class Trainer:
 
     frozen: what `loss_fn` receives as its third argument (None by default): a reference policy, a teacher, or a
     pytree of them. Put it in eval mode (no dropout): it is read, never updated.
+    mesh: a jax Mesh with tunix_lite.sharding's axes (`sharding.resolve_mesh("fsdp")`, a course profile's
+    `profile.mesh()`): the model and `frozen` are placed on it in place, arrays they share staying shared.
+    Default: the mesh the model was already placed on (`sharding.shard_model`), if any.
     """
 
     def __init__(self, model: nnx.Module, tx: optax.GradientTransformation, loss_fn: LossFn, *,
-                 wrt=nnx.Param, micro_batches: int = 1, frozen: Any = None):
+                 wrt=nnx.Param, micro_batches: int = 1, frozen: Any = None, mesh: jax.sharding.Mesh | None = None):
         if micro_batches < 1:
             raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
         self.model, self.loss_fn, self.wrt, self.micro_batches = model, loss_fn, wrt, micro_batches
+        self.mesh = mesh if mesh is not None else sharding.model_mesh(model)  # placed already: stay there
+        if self.mesh is not None:  # before the optimizer: its moments are made like the parameters they follow
+            sharding.shard_model((model, frozen), self.mesh)
         self.frozen = frozen
         self.optimizer = nnx.Optimizer(model, tx, wrt=wrt)
+        if self.mesh is not None:  # the moments are placed already; the step counter joins the mesh too
+            sharding.shard_model((model, self.optimizer), self.mesh)
         self._history: list[dict] = []  # on the host: one dict of floats per step
         self._pending: list[dict] = []  # steps dispatched whose metrics are still on the device
         self._rows = None  # the batch rows the step was compiled for; shorter batches get padded
@@ -165,9 +225,8 @@ class Trainer:
         self.flush()
         return self._history
 
-    def step(self, batch: dict) -> dict:
-        """Dispatch one optimizer update on `batch`; returns its metrics as device scalars without waiting
-        for them (float() one to wait). `history` gets them at the next `flush`."""
+    def _prepare(self, batch: dict) -> dict:
+        """Check, pad a short batch to the compiled rows, and split it over the mesh."""
         batch = check_batch(batch)
         rows = batch_rows(batch)
         self._rows = self._rows or rows
@@ -175,11 +234,32 @@ class Trainer:
             batch, rows = pad_batch(batch, self._rows), self._rows
         if rows % self.micro_batches:
             raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batches")
-        metrics = train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn, wrt=self.wrt,
-                             micro_batches=self.micro_batches)
+        shards = sharding.batch_shards(self.mesh)
+        if rows % (self.micro_batches * shards):
+            raise ValueError(f"a batch of {rows} rows cannot be split into {self.micro_batches} micro-batch(es) of "
+                             f"whole rows on each of the mesh's {shards} data x fsdp shards; use a batch size that "
+                             f"is a multiple of {self.micro_batches * shards}")
+        return sharding.shard_batch(batch, self.mesh) if self.mesh is not None else batch
+
+    def step(self, batch: dict) -> dict:
+        """Dispatch one optimizer update on `batch`; returns its metrics as device scalars without waiting
+        for them (float() one to wait). `history` gets them at the next `flush`."""
+        batch = self._prepare(batch)
+        with sharding.use_mesh(self.mesh):
+            metrics = train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn, wrt=self.wrt,
+                                 micro_batches=self.micro_batches)
         metrics = {"step": self.steps_done + 1} | metrics
         self._pending.append(metrics)
         return metrics
+
+    def lower(self, batch: dict):
+        """The compiled-to-be step for `batch` (`jax.stages.Lowered`): `.compile().as_text()` is its HLO (the
+        collectives a mesh implies), `.compile().memory_analysis()` XLA's memory plan. The next `step` on a batch
+        of this shape reuses the compile."""
+        batch = self._prepare(batch)
+        with sharding.use_mesh(self.mesh):
+            return lower_train_step(self.model, self.optimizer, self.frozen, batch, loss_fn=self.loss_fn,
+                                    wrt=self.wrt, micro_batches=self.micro_batches)
 
     def flush(self) -> list[dict]:
         """Bring the pending steps' metrics to the host (one transfer), append them to history and return them.
@@ -213,7 +293,7 @@ class Trainer:
         """
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
-        bar = tqdm(total=steps, desc=desc)
+        bar = tqdm(total=steps, desc=desc, disable=not sharding.is_main_process())
         last = self.steps_done + steps
         try:
             for _, batch in zip(range(steps), batches):
@@ -258,18 +338,31 @@ class Trainer:
         return meta
 
 
-_eval_metrics = nnx.jit(lambda model, frozen, batch, loss_fn: loss_fn(model, batch, frozen)[1], static_argnums=3)
+def _eval_metrics(graphdef, state, frozen_graphdef, frozen_state, batch, loss_fn):
+    return loss_fn(nnx.merge(graphdef, state), batch, nnx.merge(frozen_graphdef, frozen_state))[1]
 
 
-def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict], *, frozen: Any = None) -> dict:
+_eval_metrics = jax.jit(_eval_metrics, static_argnames=("graphdef", "frozen_graphdef", "loss_fn"))
+
+
+def evaluate(model: nnx.Module, loss_fn: LossFn, batches: Iterable[dict], *, frozen: Any = None,
+             mesh: jax.sharding.Mesh | None = None) -> dict:
     """loss_fn's metrics over `batches` without training, weighted by each batch's count as in a step (so the
     result is the mean over every unit of every batch). Short batches are padded; `loss_fn` is a static
-    argument, so pass the same function object each time (a new lambda or partial compiles again)."""
+    argument, so pass the same function object each time (a new lambda or partial compiles again).
+    mesh: the mesh to evaluate on (default: the one `model` was placed on, if any, e.g. by a Trainer): each batch's
+    rows are split over it (padded to a multiple of its data-parallel shards)."""
+    mesh = mesh if mesh is not None else sharding.model_mesh(model)
     per_batch, rows = [], None
+    shards = sharding.batch_shards(mesh)
     for batch in batches:
         batch = check_batch(batch)
-        rows = rows or batch_rows(batch)
-        per_batch.append(_eval_metrics(model, frozen, pad_batch(batch, rows), loss_fn))
+        rows = rows or -(-batch_rows(batch) // shards) * shards
+        batch = pad_batch(batch, rows)
+        if mesh is not None:
+            batch = sharding.shard_batch(batch, mesh)
+        with sharding.use_mesh(mesh):
+            per_batch.append(_eval_metrics(*nnx.split(model), *nnx.split(frozen), batch, loss_fn=loss_fn))
     if not per_batch:
         raise ValueError("evaluate got no batches")
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_batch)

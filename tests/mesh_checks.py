@@ -1,0 +1,232 @@
+"""The fake-device checks behind tests/test_sharding.py, in one process (jax fixes the device count when it starts):
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python tests/mesh_checks.py OUT.json
+
+Each check runs in turn and records its measurements (or its error) in OUT.json; the tests read them. A 1-layer
+Gemma-like model (8 query heads, ONE kv head: the MQA layout) keeps every compile small; each strategy's step is
+compiled once, ahead of time, so its HLO can be read, and the steps reuse that compile.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+import traceback
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+
+from tunix_lite import sharding
+from tunix_lite.lora import apply_lora, lora_layers, without_adapters
+from tunix_lite.models import Transformer, get_config
+from tunix_lite.training.losses import lm_loss, masked_mean, sequence_log_probs
+from tunix_lite.training.trainer import COUNT, Trainer
+
+CONFIG = get_config("tiny").replace(num_layers=1, vocab_size=256, embed_dim=128, num_heads=8, num_kv_heads=1,
+                                    head_dim=32, mlp_dim=256)
+LR = 0.5  # plain SGD (momentum starts at zero): step 1 moves every parameter by exactly -LR * grad
+STRATEGIES = ("dp", "fsdp", "tp", "fsdp_tp")
+RESULTS: dict = {}
+
+
+def make_batch(rows: int, seed: int) -> dict:
+    tokens = np.random.default_rng(seed).integers(0, CONFIG.vocab_size, (rows, 17)).astype(np.int32)
+    weights = np.ones((rows, 16), np.float32)
+    weights[:, :4] = 0.0  # a prompt that does not train
+    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": weights,
+            "positions": np.tile(np.arange(16, dtype=np.int32), (rows, 1)),
+            "segment_ids": np.ones((rows, 16), np.int32)}
+
+
+BATCHES = [make_batch(16, 1), make_batch(16, 2), make_batch(10, 3)]  # the short one is padded: no second compile
+
+
+def anchored_loss(model, batch, frozen):
+    """SFT plus a squared log-ratio to a frozen reference: what DPO's reference, GRPO's KL anchor and
+    distillation's teacher have in common (a second model read, never trained, inside the step)."""
+    logp = sequence_log_probs(model, batch)
+    ref = sequence_log_probs(frozen, batch)
+    loss, count = masked_mean(-logp + 0.5 * (logp - ref) ** 2, batch["weights"])
+    return loss, {"loss": loss, COUNT: count}
+
+
+def full_model():
+    return Transformer(CONFIG, rngs=nnx.Rngs(0)), None, nnx.Param, lm_loss
+
+
+def qlora_model():
+    """QLoRA (nf4 base) with non-zero adapters, its frozen reference the base view sharing every base array."""
+    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=4, alpha=8.0, quantize="nf4", rngs=nnx.Rngs(1))
+    for i, (_, layer) in enumerate(lora_layers(model)):
+        layer.lora_b.set_value(0.05 * jax.random.normal(jax.random.key(i), layer.lora_b.shape))
+    return model, without_adapters(model), nnx.LoRAParam, anchored_loss
+
+
+def host(tree):
+    return jax.tree.map(np.asarray, tree)
+
+
+def run(build, mesh, checkpoint_dir=None):
+    """Three steps (the last on a short batch) on `mesh` (None: one device). Returns what the checks compare."""
+    model, frozen, wrt, loss_fn = build()
+    trainer = Trainer(model, optax.sgd(LR, momentum=0.9), loss_fn, wrt=wrt, frozen=frozen, micro_batches=2,
+                      mesh=mesh)
+    out = {}
+    if mesh is not None:
+        start = time.perf_counter()
+        compiled = trainer.lower(BATCHES[0]).compile()
+        out["compile_s"] = time.perf_counter() - start
+        out["collectives"] = sharding.list_collectives(compiled.as_text())
+    before = host(nnx.state(trainer.model, wrt))
+    step1 = trainer.step(BATCHES[0])
+    after1 = host(nnx.state(trainer.model, wrt))
+    out["loss"] = float(step1["loss"])
+    out["grads"] = jax.tree.map(lambda b, a: (b - a) / LR, before, after1)
+    if checkpoint_dir is not None:
+        from tunix_lite.training.checkpoint import Checkpoints
+
+        checkpoints = Checkpoints(checkpoint_dir, every=1, state_filter=nnx.Any(wrt, nnx.RngState))
+        trainer.save(checkpoints, force=True)
+        checkpoints.wait()
+    out["loss2"] = float(trainer.step(BATCHES[1])["loss"])
+    out["params2"] = host(nnx.state(trainer.model, wrt))
+    out["loss3"] = float(trainer.step(BATCHES[2])["loss"])
+    out["params3"] = host(nnx.state(trainer.model, wrt))
+    out["trainer"] = trainer
+    return out
+
+
+def max_error(a, b) -> float:
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def check_layout(trainer, mesh) -> list[str]:
+    """Every variable of the model and of the optimizer state is laid out as the rules say."""
+    units = sharding._head_units(trainer.model)
+    wrong = []
+    for owner in (trainer.model, trainer.optimizer):
+        for path, var in nnx.to_flat_state(nnx.state(owner)):
+            value = var.get_value()
+            expected = jax.sharding.NamedSharding(mesh, sharding.variable_spec(var, mesh, units))
+            if not value.sharding.is_equivalent_to(expected, value.ndim):
+                wrong.append(f"{'.'.join(map(str, path))}: {value.sharding.spec} != {expected.spec}")
+    return wrong
+
+
+def spec_of(trainer, path: str) -> str:
+    value = nnx.to_flat_state(nnx.state(trainer.model))
+    return next(str(v.get_value().sharding.spec) for p, v in value if ".".join(map(str, p)) == path)
+
+
+def check_strategies():
+    ckpt = tempfile.mkdtemp()
+    for name, build in (("sft", full_model), ("frozen_qlora", qlora_model)):
+        ref = run(build, None)
+        for strategy in STRATEGIES:
+            mesh = sharding.resolve_mesh(strategy)
+            got = run(build, mesh, checkpoint_dir=f"{ckpt}/{name}" if strategy == "fsdp" else None)
+            trainer = got["trainer"]
+            RESULTS[f"{name}/{strategy}"] = {
+                "mesh": dict(mesh.shape), "compile_s": got["compile_s"],
+                "loss_error": abs(got["loss"] - ref["loss"]), "loss2_error": abs(got["loss2"] - ref["loss2"]),
+                "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
+                "grad_error": max_error(got["grads"], ref["grads"]),
+                "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
+                "param_error": max(max_error(got["params2"], ref["params2"]),
+                                   max_error(got["params3"], ref["params3"])),
+                "layout_errors": check_layout(trainer, mesh),
+                "collectives": got["collectives"],
+                "k_proj": spec_of(trainer, "layers.0.attn.k_proj.kernel" if name == "sft"
+                                  else "layers.0.attn.k_proj.codes"),
+                "q_proj": spec_of(trainer, "layers.0.attn.q_proj.kernel" if name == "sft"
+                                  else "layers.0.attn.q_proj.codes"),
+            }
+            if name == "frozen_qlora":  # the reference view still shares the sharded base (no second copy)
+                base = trainer.model.layers[0].mlp.up_proj.codes.get_value()
+                RESULTS[f"{name}/{strategy}"]["frozen_shares_base"] = \
+                    trainer.frozen.layers[0].mlp.up_proj.codes.get_value() is base
+            del trainer, got
+        # resume the FSDP run's step-1 checkpoint on another mesh shape; its step 2 must equal the uninterrupted one
+        from tunix_lite.training.checkpoint import Checkpoints
+
+        mesh = sharding.resolve_mesh("fsdp_tp")  # a new Trainer on an already compiled layout: no new compile
+        model, frozen, wrt, loss_fn = build()
+        trainer = Trainer(model, optax.sgd(LR, momentum=0.9), loss_fn, wrt=wrt, frozen=frozen, micro_batches=2,
+                          mesh=mesh)
+        meta = trainer.restore(Checkpoints(f"{ckpt}/{name}", every=1, state_filter=nnx.Any(wrt, nnx.RngState)))
+        loss2 = float(trainer.step(BATCHES[1])["loss"])
+        RESULTS[f"{name}/resume"] = {"from": "fsdp=8", "to": dict(mesh.shape), "step": meta["step"],
+                                     "loss2_error": abs(loss2 - ref["loss2"]),
+                                     "param_error": max_error(host(nnx.state(trainer.model, wrt)), ref["params2"]),
+                                     "layout_errors": check_layout(trainer, mesh)}
+
+
+def check_rollouts():
+    """A LoRA policy trained on 4 devices, its rollout copy on the other 4 synced after a step (adapters only), and
+    the trainer's own weights sampled where they are (colocated): all sample what one device samples."""
+    from tunix_lite.loading import ASSETS
+    from tunix_lite.sampler import Sampler
+    from tunix_lite.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_file(ASSETS / "tiny" / "tokenizer.model")
+    devices = jax.devices()
+    train_mesh = sharding.make_mesh(fsdp=4, devices=devices[:4])
+    rollout_mesh = sharding.make_mesh(data=2, tensor=2, devices=devices[4:])
+    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(1))
+    trainer = Trainer(model, optax.sgd(LR), lm_loss, wrt=nnx.LoRAParam, mesh=train_mesh)
+    sync = sharding.WeightSync(trainer.model, rollout_mesh, wrt=nnx.LoRAParam, max_bytes=64 * 2**10)
+    first_copy = dict(sync.last)
+    trainer.step(BATCHES[0])
+    sent = sync()
+    adapter_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(trainer.model, nnx.LoRAParam)))
+    reference = nnx.merge(nnx.graphdef(trainer.model), host(nnx.state(trainer.model)))  # one device, host copy
+    prompts = [[2, 10, 11, 12], [2, 20, 21, 22, 23, 24], [2, 30]]  # 3 rows: padded to the shards of each mesh
+    outputs = {}
+    for where, sampler in (("one_device", Sampler(reference, tokenizer, stop_ids=(), bucket=8)),
+                           ("colocated", Sampler(trainer.model, tokenizer, stop_ids=(), bucket=8)),
+                           ("split", Sampler(sync.model, tokenizer, stop_ids=(), bucket=8, mesh=rollout_mesh))):
+        sampled = sampler.generate(prompts, 6, num_samples=2, temperature=1.0, seed=3)
+        outputs[where] = (sampled.tokens, sampled.logprobs)
+    cache_spec = None
+    with sharding.use_mesh(rollout_mesh):  # the KV cache layout the sampler pins on the rollout mesh
+        from tunix_lite.models.transformer import KVCache
+
+        cache = jax.jit(lambda: jax.tree.map(lambda x: sharding.constrain(x, sharding.ACT_BTKH),
+                                             KVCache.init(CONFIG, 4, 8).k))()
+        cache_spec = str(cache[0].sharding.spec)
+    ref = outputs["one_device"]
+    RESULTS["rollouts"] = {
+        "first_copy": first_copy, "sync": sent, "adapter_bytes": adapter_bytes,
+        "rollout_devices": sorted(d.id for d in sync.model.layers[0].mlp.up_proj.kernel.get_value().devices()),
+        "trainer_devices": sorted(d.id for d in trainer.model.layers[0].mlp.up_proj.kernel.get_value().devices()),
+        "equal": {where: bool(np.array_equal(o[0], ref[0])) for where, o in outputs.items()},
+        "logprob_error": {where: float(np.max(np.abs(o[1] - ref[1]))) for where, o in outputs.items()},
+        "cache_spec": cache_spec,
+    }
+
+
+def main(path: str, only: list[str]) -> None:
+    assert jax.device_count() == 8, jax.devices()
+    start = time.perf_counter()
+    for check in (check_strategies, check_rollouts):
+        if only and check.__name__ not in only:
+            continue
+        t = time.perf_counter()
+        try:
+            check()
+        except Exception:  # recorded, so the other checks still run and report
+            RESULTS[f"error/{check.__name__}"] = traceback.format_exc()
+        RESULTS[f"seconds/{check.__name__}"] = time.perf_counter() - t
+    RESULTS["seconds/total"] = time.perf_counter() - start
+    with open(path, "w") as f:
+        json.dump(RESULTS, f, indent=1, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
