@@ -205,12 +205,16 @@ def unpair(records) -> list[dict]:
             for r in rows for key in ("chosen", "rejected")]
 
 
-def tokenize(records, tokenizer, config: DPOConfig) -> PreferenceData:
+def tokenize(records, tokenizer, config: DPOConfig, source: str) -> PreferenceData:
+    """Pairs (KTO: unpaired examples) of `records`; a bad record's error names `source`, its row and column."""
     options = dict(seq_len=config.seq_len, template=config.template, truncation=config.truncation,
                    truncation_mode=config.truncation_mode)
-    if config.loss_type == "kto":
-        return tokenize_unpaired(unpair(records), tokenizer, **options)
-    return tokenize_pairs(records, tokenizer, **options)
+    try:
+        if config.loss_type == "kto":
+            return tokenize_unpaired(unpair(records), tokenizer, **options)
+        return tokenize_pairs(records, tokenizer, **options)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
 
 
 def _check_model_path(config: DPOConfig) -> None:
@@ -227,7 +231,10 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
     model, tokenizer = build_model(config)
     train, validation = load_preferences(config)
-    train_data, val_data = tokenize(train, tokenizer, config), tokenize(validation, tokenizer, config)
+    synthetic = config.train_data == "synthetic"
+    train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data)
+    val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
+                        config.validation_data)
     loss_fn = PreferenceLoss.from_config(config)
 
     frozen, train_extras, val_extras = None, {}, {}
