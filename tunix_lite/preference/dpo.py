@@ -39,7 +39,16 @@ SMOOTHED = ("sigmoid", "robust", "simpo")  # the losses that read label_smoothin
 
 
 @dataclasses.dataclass
-class DPOConfig(ConfigBase, RunOptions, DataOptions, OptimOptions, ModelOptions):
+class PairOptions:
+    """How pairs are cut to seq_len (shared by DPO and the reward model)."""
+
+    truncation_mode: Literal["keep_start", "keep_end"] = option(
+        "keep_start", "with truncation: truncate, keep_start cuts the completions' ends; keep_end cuts the prompt's "
+                      "beginning first")
+
+
+@dataclasses.dataclass
+class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, ModelOptions):
     algorithm: ClassVar[str] = "dpo"
     loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | orpo | simpo | kto; see "
                                             "tunix_lite/preference/losses.py")
@@ -54,9 +63,6 @@ class DPOConfig(ConfigBase, RunOptions, DataOptions, OptimOptions, ModelOptions)
     undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
     reference: Literal["precomputed", "online"] = option(
         "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
-    truncation_mode: Literal["keep_start", "keep_end"] = option(
-        "keep_start", "with truncation: truncate, keep_start cuts the completions' ends; keep_end cuts the prompt's "
-                      "beginning first")
     n_accuracy: int = option(64, "validation prompts answered greedily for exact match and answer flaws (0: none; "
                                  "needs an answer column)", ge=0, resume="free")
     max_new_tokens: int | None = option(None, "answer budget of that check (null: from the longest chosen completion)",
@@ -205,12 +211,13 @@ def unpair(records) -> list[dict]:
             for r in rows for key in ("chosen", "rejected")]
 
 
-def tokenize(records, tokenizer, config: DPOConfig, source: str) -> PreferenceData:
-    """Pairs (KTO: unpaired examples) of `records`; a bad record's error names `source`, its row and column."""
+def tokenize(records, tokenizer, config, source: str, *, unpaired: bool = False) -> PreferenceData:
+    """Pairs (unpaired: KTO's examples) of `records`, as a config with DataOptions and PairOptions says; a bad
+    record's error names `source`, its row and column."""
     options = dict(seq_len=config.seq_len, template=config.template, truncation=config.truncation,
                    truncation_mode=config.truncation_mode)
     try:
-        if config.loss_type == "kto":
+        if unpaired:
             return tokenize_unpaired(unpair(records), tokenizer, **options)
         return tokenize_pairs(records, tokenizer, **options)
     except ValueError as e:
@@ -232,9 +239,11 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     model, tokenizer = build_model(config)
     train, validation = load_preferences(config)
     synthetic = config.train_data == "synthetic"
-    train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data)
+    kto = config.loss_type == "kto"
+    train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data,
+                          unpaired=kto)
     val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
-                        config.validation_data)
+                        config.validation_data, unpaired=kto)
     loss_fn = PreferenceLoss.from_config(config)
 
     frozen, train_extras, val_extras = None, {}, {}
@@ -249,7 +258,7 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed, extras=train_extras)
     val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False, extras=val_extras).epoch(0)
     stats = batches.stats()
-    report = (f"train: {train_data.report}; {stats['pairs']} {'examples' if config.loss_type == 'kto' else 'pairs'}, "
+    report = (f"train: {train_data.report}; {stats['pairs']} {'examples' if kto else 'pairs'}, "
               f"{stats['fill']:.0%} of row tokens real, {stats['completion']:.0%} completion")
     run.say(report)
     answers = generation_eval_fn(config, model, tokenizer, validation)

@@ -44,3 +44,25 @@ def generation_eval(model, tokenizer, records, **task_eval_options):
 
     evaluate.task = task  # its last_texts show the answers
     return evaluate
+
+
+def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_len: int = 128, beta: float = 0.1,
+                   batch_size: int = 16, generate: bool = True) -> dict[str, float]:
+    """Held-out scores of `policy` on `pairs` (e.g. preference_pairs(n, split="test")), against `reference` (the model
+    training started from): the sigmoid-DPO pair metrics (rewards/accuracies: the implicit reward ranks the pair right;
+    logps/accuracies: the policy gives the chosen completion the higher log-prob) and, with `generate`, exact match,
+    format and answer flaws of greedy answers to the pairs' prompts. Any preference loss's policy can be compared on
+    this one scale."""
+    from tunix_lite.preference.data import PreferenceBatches, tokenize_pairs
+    from tunix_lite.preference.dpo import PreferenceLoss, reference_log_probs
+    from tunix_lite.training.trainer import evaluate
+
+    data = tokenize_pairs(pairs, tokenizer, seq_len=seq_len, truncation="drop")
+    extras = {"ref_logps": reference_log_probs(reference, data, batch_size)}
+    batches = PreferenceBatches(data, batch_size, shuffle=False, extras=extras).epoch(0)
+    scores = evaluate(policy, PreferenceLoss("sigmoid", beta=beta), batches)
+    if generate:
+        records = [{"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"], "domain": p["domain"]}
+                   for p in pairs]
+        scores |= generation_eval(policy, tokenizer, records, batch_size=min(len(records), 64))(policy)
+    return scores

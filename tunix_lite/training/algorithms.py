@@ -18,6 +18,7 @@ from tunix_lite.training.config import SHARED_PARTS, ConfigError, read_yaml
 ALGORITHMS = {
     "sft": ("tunix_lite.training.sft", "SFTConfig", "run_sft"),
     "dpo": ("tunix_lite.preference.dpo", "DPOConfig", "run_dpo"),
+    "reward_model": ("tunix_lite.preference.reward_model", "RewardModelConfig", "run_reward_model"),
 }
 
 
