@@ -59,6 +59,8 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
     simpo_gamma: float = option(0.5, "SimPO's target reward margin gamma", ge=0)
     normalize_length: bool | None = option(None, "score completions by their per-token mean log-prob instead of the "
                                                  "sum (null: the loss's convention, on for ipo, orpo and simpo)")
+    nll_weight: float = option(0.0, "add this times the chosen completion's per-token NLL (RPO; not for orpo, which "
+                                    "has its own, or kto)", ge=0)
     desirable_weight: float = option(1.0, "KTO: weight of the desirable examples' loss", gt=0)
     undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
     reference: Literal["precomputed", "online"] = option(
@@ -73,6 +75,9 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
         if self.label_smoothing and self.loss_type not in SMOOTHED:
             raise ConfigError(f"label_smoothing: {self.label_smoothing} has no effect with loss_type "
                               f"{self.loss_type!r}; it applies to {', '.join(SMOOTHED)}")
+        if self.nll_weight and self.loss_type in ("orpo", "kto"):
+            raise ConfigError(f"nll_weight: {self.nll_weight} is for the pairwise losses; {self.loss_type} "
+                              f"{'has its own NLL term' if self.loss_type == 'orpo' else 'has no chosen completion'}")
         if self.loss_type == "robust" and not self.label_smoothing:
             raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
 
@@ -91,6 +96,7 @@ class PreferenceLoss:
     label_smoothing: float = 0.0
     simpo_gamma: float = 0.5
     normalize_length: bool | None = None
+    nll_weight: float = 0.0
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0
 
@@ -130,18 +136,22 @@ class PreferenceLoss:
         chosen, rejected = logps[:, 0], logps[:, 1]
         if self.loss_type == "orpo":
             return losses.orpo(chosen, rejected, -per_token(sums)[:, 0], valid, lam=self.beta)
-        if self.loss_type == "simpo":
-            return losses.simpo(chosen, rejected, valid, beta=self.beta, gamma=self.simpo_gamma,
-                                label_smoothing=self.label_smoothing)
-        ref = per_token(ref_sums) if self.normalize else ref_sums
         if self.loss_type == "kto":
+            ref = per_token(ref_sums) if self.normalize else ref_sums
             return losses.kto(chosen, ref[:, 0], rejected, ref[:, 1], label, valid, beta=self.beta,
                               desirable_weight=self.desirable_weight, undesirable_weight=self.undesirable_weight)
-        smoothing = {"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else {}
-        loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1], valid, beta=self.beta,
-                                                        **smoothing)
-        if self.normalize:  # log the summed log-probs and rewards whatever the loss reads, as TRL does
-            metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0], ref_sums[:, 1], valid, self.beta)
+        if self.loss_type == "simpo":
+            loss, metrics = losses.simpo(chosen, rejected, valid, beta=self.beta, gamma=self.simpo_gamma,
+                                         label_smoothing=self.label_smoothing)
+        else:
+            ref = per_token(ref_sums) if self.normalize else ref_sums
+            smoothing = {"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else {}
+            loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1], valid,
+                                                            beta=self.beta, **smoothing)
+            if self.normalize:  # log the summed log-probs and rewards whatever the loss reads, as TRL does
+                metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0], ref_sums[:, 1], valid, self.beta)
+        if self.nll_weight:
+            return losses.with_nll(loss, metrics, -per_token(sums)[:, 0], valid, weight=self.nll_weight)
         return loss, metrics
 
 

@@ -105,6 +105,17 @@ def robust(chosen, rejected, ref_chosen, ref_rejected, valid, *, beta: float = 0
     return _pairwise(per_pair, chosen, rejected, ref_chosen, ref_rejected, valid, beta)
 
 
+def with_nll(loss, metrics: dict, chosen_nll, valid, *, weight: float) -> tuple[jax.Array, dict]:
+    """RPO (Pang et al. 2024, "Iterative Reasoning Preference Optimization", eq. 1): L + α L_NLL(y_w), α = weight.
+
+    A preference loss can lower the chosen completion's likelihood too, as long as the rejected one falls faster;
+    on tasks with one right answer that costs accuracy. The NLL of the chosen completion holds it up. chosen_nll [B]
+    is its per-token mean; departure from TRL (loss_type ["sigmoid", "sft"]): the mean is per pair, then over pairs,
+    so that the loss stays a mean over pairs."""
+    nll = _mean(chosen_nll, valid)
+    return loss + weight * nll, metrics | {"loss": loss + weight * nll, "nll_loss": nll}
+
+
 def _log1mexp(x: jax.Array) -> jax.Array:
     """log(1 - exp(x)) for x < 0, accurate on both sides of -log 2 (Mächler 2012)."""
     return jnp.where(x < -jnp.log(2.0), jnp.log1p(-jnp.exp(x)), jnp.log(-jnp.expm1(x)))
