@@ -7,6 +7,7 @@ compiles in about a second; they hold for any model `sequence_log_probs` can sco
 """
 
 import json
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,8 @@ from tunix_lite.cli import main
 from tunix_lite.data.sft import SFTData, TruncationReport
 from tunix_lite.lora import apply_lora, without_adapters
 from tunix_lite.preference.data import PreferenceBatches, PreferenceData
-from tunix_lite.preference.dpo import DPOConfig, PreferenceLoss, reference_log_probs, reference_model
+from tunix_lite.preference.dpo import (DPOConfig, PreferenceLoss, completion_sums, reference_log_probs,
+                                       reference_model)
 from tunix_lite.training.trainer import Trainer, evaluate
 
 T, VOCAB = 16, 97
@@ -118,6 +120,20 @@ def test_online_reference_equals_precomputed_and_compiles_once():
         trainer.step(next(batches))
     trainer.flush()
     assert compiles == [] and [h["count"] for h in trainer.history] == [4, 4, 2, 4, 4, 2]
+
+
+def test_the_completion_window_scores_exactly_the_full_rows():
+    """Running the lm head only on each row's completion window gives the same sums, loss and update."""
+    data = random_pairs(6, seed=7)
+    batch = PreferenceBatches(data, 6, shuffle=False).epoch(0)[0]
+    model = MiniLM(8)
+    full, windowed = (nnx.jit(partial(completion_sums, window=w))(model, batch) for w in (None, data.longest_completion))
+    assert data.longest_completion < T
+    np.testing.assert_allclose(windowed[0], full[0], rtol=1e-6)
+    np.testing.assert_array_equal(windowed[1], full[1])
+    batch["ref_logps"] = np.asarray(full[0]) - 0.5
+    assert_same_update(sgd_update(PreferenceLoss("sigmoid", completion_window=data.longest_completion), batch),
+                       sgd_update(PreferenceLoss("sigmoid"), batch))
 
 
 def test_lora_reference_is_the_base_view():

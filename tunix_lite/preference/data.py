@@ -50,6 +50,11 @@ class PreferenceData:
     def __len__(self) -> int:
         return len(self.sequences) // 2
 
+    @property
+    def longest_completion(self) -> int:
+        """The most completion targets of any sequence: the window `completion_sums` scores."""
+        return int(max(mask.sum() for mask in self.sequences.mask))
+
 
 def tokenize_pairs(records, tokenizer, *, seq_len: int, template: str | None = None, truncation: Truncation = "error",
                    truncation_mode: TruncationMode = "keep_start") -> PreferenceData:

@@ -17,6 +17,7 @@ ORPO and SimPO need no reference. The losses themselves are pure functions in tu
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -30,7 +31,7 @@ from tunix_lite.preference.data import PreferenceBatches, PreferenceData, tokeni
 from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
                                         RunOptions, option)
 from tunix_lite.training.harness import Run, RunResult, build_model
-from tunix_lite.training.losses import sequence_log_probs
+from tunix_lite.training.losses import feature_log_probs
 from tunix_lite.training.trainer import COUNT, evaluate, pad_batch
 
 LossType = Literal["sigmoid", "ipo", "hinge", "robust", "orpo", "simpo", "kto"]
@@ -99,10 +100,12 @@ class PreferenceLoss:
     nll_weight: float = 0.0
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0
+    completion_window: int | None = None  # see completion_sums: the most completion targets any row has
 
     @classmethod
-    def from_config(cls, config: DPOConfig) -> PreferenceLoss:
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+    def from_config(cls, config: DPOConfig, completion_window: int | None = None) -> PreferenceLoss:
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.name != "completion_window"}
+        return cls(**settings, completion_window=completion_window)
 
     @property
     def normalize(self) -> bool:
@@ -113,13 +116,13 @@ class PreferenceLoss:
         return self.loss_type not in losses.REFERENCE_FREE
 
     def __call__(self, model, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
-        sums, counts = completion_sums(model, batch)  # [B, 2] each
+        sums, counts = completion_sums(model, batch, self.completion_window)  # [B, 2] each
         ref_sums = None
         if self.uses_reference:
             if "ref_logps" in batch:
                 ref_sums = batch["ref_logps"]
             elif frozen is not None:
-                ref_sums = jax.lax.stop_gradient(completion_sums(frozen, batch)[0])
+                ref_sums = jax.lax.stop_gradient(completion_sums(frozen, batch, self.completion_window)[0])
             else:
                 raise ValueError(f"the {self.loss_type} loss needs the reference: a 'ref_logps' batch entry or `frozen`")
         return self.loss_from_sums(sums, counts, ref_sums, batch.get("label"))
@@ -155,18 +158,31 @@ class PreferenceLoss:
         return loss, metrics
 
 
-def completion_sums(model, batch: dict) -> tuple[jax.Array, jax.Array]:
+def completion_sums(model, batch: dict, window: int | None = None) -> tuple[jax.Array, jax.Array]:
     """(summed completion log-probs, completion token counts), each [B, 2], of rows [B, 2, T]: the 2B sequences run
-    through the model as one [2B, T] batch."""
+    through the model as one [2B, T] batch.
+
+    window: the most completion targets any row has (`PreferenceData.longest_completion`). The lm head then runs on
+    the `window` positions from each row's first completion target instead of on all T: the prompt's positions need
+    no logits (about half the lm head's work for DPO-shaped data, most of it for a 262k vocabulary). A row with a
+    longer completion would lose its last tokens: pass a window that covers the data, or None for all T."""
     B, _, T = batch["inputs"].shape
     flat = {key: batch[key].reshape(2 * B, T) for key in SEQUENCE_KEYS if key in batch}
-    token_log_probs = sequence_log_probs(model, flat).reshape(B, 2, T)
-    return losses.completion_log_probs(token_log_probs, batch["weights"]), jnp.sum(batch["weights"], axis=-1)
+    features = model.features(flat["inputs"], flat["positions"], segment_ids=flat.get("segment_ids"))  # [2B, T, D]
+    targets, weights = flat["targets"], flat["weights"]
+    if window is not None and window < T:
+        start = jnp.minimum(jnp.argmax(weights > 0, axis=-1), T - window)  # each row's first completion target
+        keep = start[:, None] + jnp.arange(window)  # [2B, window]
+        features = jnp.take_along_axis(features, keep[..., None], axis=1)
+        targets, weights = (jnp.take_along_axis(x, keep, axis=1) for x in (targets, weights))
+    token_log_probs = feature_log_probs(model, features, targets)
+    return (losses.completion_log_probs(token_log_probs, weights).reshape(B, 2),
+            jnp.sum(batch["weights"], axis=-1))
 
 
-@nnx.jit
-def _reference_sums(model, batch):
-    return completion_sums(model, batch)[0]
+@partial(nnx.jit, static_argnames="window")
+def _reference_sums(model, batch, window):
+    return completion_sums(model, batch, window)[0]
 
 
 def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size: int) -> np.ndarray:
@@ -174,7 +190,7 @@ def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size:
     out = []
     for batch in PreferenceBatches(data, batch_size, shuffle=False).epoch(0):
         n = len(batch["inputs"])
-        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size)))[:n])
+        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size), data.longest_completion))[:n])
     return np.concatenate(out)
 
 
@@ -254,7 +270,7 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
                           unpaired=kto)
     val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
                         config.validation_data, unpaired=kto)
-    loss_fn = PreferenceLoss.from_config(config)
+    loss_fn = PreferenceLoss.from_config(config, max(train_data.longest_completion, val_data.longest_completion))
 
     frozen, train_extras, val_extras = None, {}, {}
     if loss_fn.uses_reference:
