@@ -131,6 +131,53 @@ def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
                          steps_peak_mb=rss.peak, trained_params=trained, final_loss=trainer.history[-1]["loss"])
 
 
+def run_preference(name: str, w: dict, steps: int, warmup: int) -> dict:
+    """dpo / orpo: `Trainer.step` with `PreferenceLoss` on one fixed batch of common.preference_batch's pairs, as the
+    library's [pairs, 2, T] rows (prompt + chosen, prompt + rejected; T = prompt + completion). dpo: sigmoid loss with
+    the reference (a clone of the initial policy, in eval mode) run inside every step as the trainer's `frozen`;
+    orpo: no reference. The lm head scores only the completion window (`completion_window`): prompt positions need
+    no logits, as in every library's DPO."""
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from tunix_lite.data.sft import SFTData, TruncationReport
+    from tunix_lite.preference.data import PreferenceData, pair_rows
+    from tunix_lite.preference.dpo import PreferenceLoss
+    from tunix_lite.training.trainer import Trainer
+
+    model, _ = build_model(w["shape"])
+    dpo = w["kind"] == "dpo"
+    reference = nnx.clone(model) if dpo else None
+    if reference is not None:
+        reference.eval()
+    loss = PreferenceLoss("sigmoid" if dpo else "orpo", beta=w["beta"] if dpo else w["lambda_orpo"],
+                          completion_window=w["completion"])
+    o = common.OPTIMIZER
+    tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
+    trainer = Trainer(model, tx, loss, frozen=reference)
+
+    data = common.preference_batch(model.config.vocab_size, w["pairs"], w["prompt"], w["completion"])
+    ids, masks = [], []
+    for i in range(w["pairs"]):
+        for key in ("chosen", "rejected"):
+            ids.append(np.asarray(data["prompt"][i] + data[key][i], np.int32))
+            masks.append(np.r_[np.zeros(w["prompt"]), np.ones(w["completion"])].astype(np.float32))
+    T = w["prompt"] + w["completion"]  # T inputs hold T + 1 ids: the last slot of each row is padding
+    pairs = PreferenceData(SFTData(ids, masks, T, common.PAD, TruncationReport("error", T + 1)))
+    batch = {k: jax.numpy.asarray(v) for k, v in pair_rows(pairs, range(w["pairs"])).items()}
+    with RssSampler() as rss:
+        first, times = common.time_steps(lambda: jax.block_until_ready(trainer.step(batch)), steps, warmup)
+    record = common.result(IMPL, name, step_times=times, tokens_per_step=common.tokens_per_step(name),
+                           first_step_s=first, flops_per_step=common.workload_flops(name)["step"],
+                           steps_peak_mb=rss.peak, final_loss=trainer.history[-1]["loss"],
+                           loss=f"PreferenceLoss({loss.loss_type!r}, beta={loss.beta})",
+                           reference="nnx.clone of the initial policy, in every step" if dpo else "none")
+    record["pairs_per_s"] = w["pairs"] / record["step_s"]["median"]
+    return record
+
+
 def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
     import jax
     import numpy as np
@@ -155,7 +202,7 @@ def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
 def main():
     args = common.impl_args(__doc__)
     w = common.WORKLOADS[args.workload]
-    runners = dict(sft=run_train, generate=run_generate)
+    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference)
     if w["kind"] not in runners:
         print(f"tunix_lite: workload {args.workload} ({w['kind']}) not implemented yet", file=sys.stderr)
         sys.exit(common.NOT_APPLICABLE)

@@ -78,9 +78,9 @@ def test_cli_reports_a_bad_config_in_one_line(tmp_path, capsys):
     path.write_text("steps: 3\nlora: 8\n")
     assert main(["sft", "--config", str(path)]) == 2
     assert capsys.readouterr().err.startswith("tunix-lite sft: error:")
-    path.write_text("algorithm: dpo\n")
+    path.write_text("algorithm: nope\n")
     assert main(["train", "--config", str(path)]) == 2
-    assert "algorithm: 'dpo' is not supported; choose one of sft" in capsys.readouterr().err
+    assert "algorithm: 'nope' is not supported; choose one of sft" in capsys.readouterr().err
 
 
 SMALL_RUN = dict(model="tiny", n_train=48, n_validation=16, n_accuracy=8, max_new_tokens=24, seq_len=128,

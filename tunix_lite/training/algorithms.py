@@ -17,6 +17,8 @@ from tunix_lite.training.config import SHARED_PARTS, ConfigError, read_yaml
 # algorithm -> (module, config class, driver)
 ALGORITHMS = {
     "sft": ("tunix_lite.training.sft", "SFTConfig", "run_sft"),
+    "dpo": ("tunix_lite.preference.dpo", "DPOConfig", "run_dpo"),
+    "reward_model": ("tunix_lite.preference.reward_model", "RewardModelConfig", "run_reward_model"),
 }
 
 

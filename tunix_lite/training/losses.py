@@ -93,12 +93,18 @@ def sequence_log_probs(model, batch: dict) -> jax.Array:
     (`chunked_token_log_probs`); otherwise through the full [B, T, V] logits.
     """
     features = model.features(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
+    return feature_log_probs(model, features, batch["targets"])
+
+
+def feature_log_probs(model, features: jax.Array, targets: jax.Array) -> jax.Array:
+    """log p(targets) [B, T] from the model's final features [B, T, D] (the second half of `sequence_log_probs`,
+    for a loss that scores only some positions: gather their features first and the lm head runs on those alone)."""
     chunk = getattr(model, "logits_chunk", None)
     head = model.head_weight() if chunk else None
     if head is None:
-        return token_log_probs(model.logits(features), batch["targets"])
+        return token_log_probs(model.logits(features), targets)
     B, T, D = features.shape
-    return chunked_token_log_probs(features.reshape(B * T, D), head, batch["targets"].reshape(-1), chunk).reshape(B, T)
+    return chunked_token_log_probs(features.reshape(B * T, D), head, targets.reshape(-1), chunk).reshape(B, T)
 
 
 def masked_mean(values: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:

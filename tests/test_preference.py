@@ -1,0 +1,214 @@
+"""Preference tuning on the trainer core: exact accumulation over pairs (k micro-batches == one batch, padded pairs
+add nothing), one compilation per run, the reference both ways (precomputed == online; LoRA's reference is the base
+view), and run_dpo through `tunix-lite train` with its outputs, config errors and bad rows named.
+
+The invariants train `MiniLM` (embed -> tanh -> linear: every position depends on its own token only), which
+compiles in about a second; they hold for any model `sequence_log_probs` can score.
+"""
+
+import json
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import yaml
+from flax import nnx
+
+from tunix_lite.cli import main
+from tunix_lite.data.sft import SFTData, TruncationReport
+from tunix_lite.lora import apply_lora, without_adapters
+from tunix_lite.preference.data import PreferenceBatches, PreferenceData
+from tunix_lite.preference.dpo import (DPOConfig, PreferenceLoss, completion_sums, reference_log_probs,
+                                       reference_model)
+from tunix_lite.training.trainer import Trainer, evaluate
+
+T, VOCAB = 16, 97
+
+
+class MiniLM(nnx.Module):
+    def __init__(self, seed: int):
+        rngs = nnx.Rngs(seed)
+        self.embed = nnx.Embed(VOCAB, 16, rngs=rngs)
+        self.out = nnx.Linear(16, VOCAB, use_bias=False, rngs=rngs)
+
+    def features(self, tokens, positions=None, *, segment_ids=None):
+        return jnp.tanh(self.embed(tokens))
+
+    def logits(self, features):
+        return self.out(features)
+
+
+def random_pairs(n: int, seed: int = 0, labels: bool = False) -> PreferenceData:
+    """n pairs of random ids: a shared prompt of 3-6 tokens, completions of 1-8 tokens (lengths differ a lot, so
+    micro-batches hold very different token counts)."""
+    rng = np.random.default_rng(seed)
+    ids, masks = [], []
+    for _ in range(n):
+        prompt = rng.integers(3, VOCAB, rng.integers(3, 7))
+        for _ in range(2):
+            completion = rng.integers(3, VOCAB, rng.integers(1, 9))
+            ids.append(np.concatenate([prompt, completion]).astype(np.int32))
+            masks.append(np.concatenate([np.zeros(len(prompt)), np.ones(len(completion))]).astype(np.float32))
+    report = TruncationReport("error", T + 1, rows=n)
+    return PreferenceData(SFTData(ids, masks, T, 0, report), rng.integers(0, 2, n).astype(np.float32) if labels else None)
+
+
+def model_pair(seed=0):
+    """(policy, reference): two different random models, so the log-ratios are not zero."""
+    return MiniLM(seed), MiniLM(seed + 1)
+
+
+def sgd_update(loss_fn, batch, micro_batches=1, frozen=None, seed=0):
+    """-gradient of one batch: the parameter change of one SGD step with learning rate 1."""
+    model, _ = model_pair(seed)
+    before = jax.tree.leaves(nnx.state(model, nnx.Param))
+    trainer = Trainer(model, optax.sgd(1.0), loss_fn, micro_batches=micro_batches, frozen=frozen)
+    metrics = jax.device_get(trainer.step(batch))
+    return [a - b for a, b in zip(jax.tree.leaves(nnx.state(model, nnx.Param)), before)], metrics
+
+
+def assert_same_update(a, b):
+    scale = max(float(np.abs(x).max()) for x in a[0])
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_allclose(x, y, atol=1e-5 * scale)
+    for key in a[1]:
+        if key not in ("step", "grad_norm"):
+            assert a[1][key] == pytest.approx(b[1][key], rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "orpo"])
+def test_micro_batches_and_padded_pairs_give_the_one_batch_update(loss_type):
+    """8 rows of which 3 are padding (a short last batch): split in 1 or 4 micro-batches of uneven real-pair
+    counts, the update and the metrics equal those of the 5 real pairs alone."""
+    data = random_pairs(5)
+    reference = model_pair()[1]
+    extras = {"ref_logps": reference_log_probs(reference, data, 5)} if loss_type == "sigmoid" else None
+    real = PreferenceBatches(data, 5, shuffle=False, extras=extras).epoch(0)[0]
+    loss_fn = PreferenceLoss(loss_type, beta=0.5)
+    padded = {k: np.concatenate([v, np.zeros((3, *v.shape[1:]), v.dtype)]) for k, v in real.items()}
+    alone = sgd_update(loss_fn, real)
+    assert alone[1]["count"] == 5
+    for k in (1, 4):
+        assert_same_update(sgd_update(loss_fn, padded, micro_batches=k), alone)
+
+
+def test_online_reference_equals_precomputed_and_compiles_once():
+    """The reference as `frozen` in every step gives the same metrics as its log-probs precomputed once; a run over
+    batches of 4, 4 and a short 2 compiles its step once."""
+    data = random_pairs(10, seed=1)
+    policy, reference = model_pair(2)
+    loss_fn = PreferenceLoss("sigmoid", beta=0.3)
+    extras = {"ref_logps": reference_log_probs(reference, data, 4)}
+    online = evaluate(policy, loss_fn, PreferenceBatches(data, 4, shuffle=False).epoch(0), frozen=reference)
+    offline = evaluate(policy, loss_fn, PreferenceBatches(data, 4, shuffle=False, extras=extras).epoch(0))
+    for key in online:
+        assert online[key] == pytest.approx(offline[key], rel=1e-5, abs=1e-6), key
+    assert online["count"] == 10 and online["loss"] > 0
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration"
+        else None)
+    trainer = Trainer(policy, optax.adam(1e-3), loss_fn, frozen=reference)
+    batches = PreferenceBatches(data, 4, seed=0).stream()
+    trainer.step(next(batches))
+    compiles.clear()
+    for _ in range(5):  # the rest of epoch 0 (4, then 2 pairs), then epoch 1
+        trainer.step(next(batches))
+    trainer.flush()
+    assert compiles == [] and [h["count"] for h in trainer.history] == [4, 4, 2, 4, 4, 2]
+
+
+def test_the_completion_window_scores_exactly_the_full_rows():
+    """Running the lm head only on each row's completion window gives the same sums, loss and update."""
+    data = random_pairs(6, seed=7)
+    batch = PreferenceBatches(data, 6, shuffle=False).epoch(0)[0]
+    model = MiniLM(8)
+    full, windowed = (nnx.jit(partial(completion_sums, window=w))(model, batch) for w in (None, data.longest_completion))
+    assert data.longest_completion < T
+    np.testing.assert_allclose(windowed[0], full[0], rtol=1e-6)
+    np.testing.assert_array_equal(windowed[1], full[1])
+    batch["ref_logps"] = np.asarray(full[0]) - 0.5
+    assert_same_update(sgd_update(PreferenceLoss("sigmoid", completion_window=data.longest_completion), batch),
+                       sgd_update(PreferenceLoss("sigmoid"), batch))
+
+
+def test_lora_reference_is_the_base_view():
+    """With LoRA, reference_model is the base with adapters off: at the start policy == reference (loss log 2),
+    and after the adapters move, the reference still scores exactly as the model without LoRA."""
+    data = random_pairs(4, seed=3)
+    batch = PreferenceBatches(data, 4, shuffle=False).epoch(0)[0]
+    model = model_pair(4)[0]
+    base_logps = reference_log_probs(nnx.clone(model), data, 4)
+    apply_lora(model, rank=2, alpha=4.0, targets=("out",), rngs=nnx.Rngs(0))
+    reference = reference_model(model)
+    loss_fn = PreferenceLoss("sigmoid")
+    assert evaluate(model, loss_fn, [batch], frozen=reference)["loss"] == pytest.approx(np.log(2), rel=1e-6)
+    trainer = Trainer(model, optax.adam(1e-2), loss_fn, wrt=nnx.LoRAParam, frozen=reference)
+    for _ in range(3):
+        trainer.step(batch)
+    after = evaluate(model, loss_fn, [batch], frozen=reference)
+    assert after["loss"] < np.log(2) and after["rewards/accuracies"] > 0
+    np.testing.assert_allclose(reference_log_probs(reference, data, 4), base_logps, rtol=1e-6)
+    np.testing.assert_allclose(reference_log_probs(without_adapters(model), data, 4), base_logps, rtol=1e-6)
+
+
+def test_kto_trains_on_labelled_examples():
+    data = random_pairs(6, seed=5, labels=True)
+    policy, reference = model_pair(6)
+    loss_fn = PreferenceLoss("kto", beta=0.5)
+    batch = PreferenceBatches(data, 6, shuffle=False).epoch(0)[0]
+    update, metrics = sgd_update(loss_fn, batch, frozen=reference, seed=6)
+    assert metrics["count"] == 6 and metrics["kl"] >= 0 and any(np.abs(u).max() > 0 for u in update)
+
+
+# ----------------------------------------------------------------------------- configs and the command line
+
+
+def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
+    with pytest.raises(ValueError, match="label_smoothing: 0.1 has no effect with loss_type 'ipo'"):
+        DPOConfig(loss_type="ipo", label_smoothing=0.1).validate()
+    with pytest.raises(ValueError, match="label_smoothing: the robust loss needs the flip probability"):
+        DPOConfig(loss_type="robust").validate()
+    with pytest.raises(ValueError, match="loss_type: 'dpo' is not supported; choose one of 'sigmoid'"):
+        DPOConfig.from_dict({"loss_type": "dpo"})
+    path = tmp_path / "dpo.yaml"
+    path.write_text("algorithm: dpo\nmodel: runs/sft_missing/model\nsteps: 2\nwarmup_steps: 0\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model: runs/sft_missing/model does not exist; train it first" in err
+
+
+SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_accuracy=4, max_new_tokens=24,
+                 seq_len=128, batch_size=4, steps=2, warmup_steps=0, learning_rate=1e-5, eval_every=0, log_every=1)
+
+
+@pytest.mark.slow
+def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
+    out = tmp_path / "run"
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(SMALL_RUN | {"output_dir": str(out)}))
+    assert main(["train", "--config", str(path)]) == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and {"rewards/margins", "rewards/accuracies", "logps/chosen", "kl"} <= set(lines[0])
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["before"]["rewards/margins"] == 0 and scores["before"]["loss"] == pytest.approx(np.log(2), rel=1e-5)
+    assert {"accuracy", "format", "flaw/wrong", "flaw/untagged", "flaw/unclosed"} <= set(scores["after"])
+    assert (out / "model" / "config.json").is_file()
+    capsys.readouterr()
+
+    # a JSONL file with a bad row: one line naming the file, the row and the column; nothing is written
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": "Which is larger, 3 or 5?", "chosen": "<answer>5</answer>", "rejected": "<answer>3</answer>"}] * 3
+    rows[2] = rows[2] | {"rejected": {"text": "3"}}
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(SMALL_RUN | {"train_data": str(pairs), "validation_data": str(pairs),
+                                               "output_dir": str(tmp_path / "bad_run")}))
+    assert main(["train", "--config", str(bad)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after `datasets`' progress lines
+    assert last.startswith(f"tunix-lite train: error: {pairs}: row 2, column 'rejected': expected a string or a list")
+    assert not (tmp_path / "bad_run").exists()

@@ -1,0 +1,86 @@
+"""The Bradley-Terry reward model: its loss on fixed scores, padded pairs, learning a preference on held-out pairs,
+and the TRL-style reward function the RL trainer calls (one float per completion, order kept, any batch size)."""
+
+import jax
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from tunix_lite.data.sft import SFTData, TruncationReport
+from tunix_lite.loading import ASSETS
+from tunix_lite.models import Transformer
+from tunix_lite.preference.data import PreferenceBatches, PreferenceData
+from tunix_lite.preference.reward_model import (RewardFunction, RewardModelConfig, bradley_terry_loss,
+                                                last_token_scores, reward_head)
+from tunix_lite.tokenizer import load_tokenizer
+from tunix_lite.training.trainer import Trainer, evaluate
+
+from test_model import small_config
+
+T = 16
+
+
+def marked_pairs(n: int, seed: int) -> PreferenceData:
+    """Pairs whose chosen completion contains the token 7 and whose rejected one does not (never as the last token,
+    which is only a target: the score reads the inputs)."""
+    rng = np.random.default_rng(seed)
+    ids, masks = [], []
+    for _ in range(n):
+        prompt = rng.integers(8, 97, rng.integers(2, 6))
+        chosen = rng.integers(8, 97, rng.integers(2, 8))
+        chosen[rng.integers(len(chosen) - 1)] = 7
+        for completion in (chosen, rng.integers(8, 97, rng.integers(2, 8))):
+            ids.append(np.concatenate([prompt, completion]).astype(np.int32))
+            masks.append(np.concatenate([np.zeros(len(prompt)), np.ones(len(completion))]).astype(np.float32))
+    return PreferenceData(SFTData(ids, masks, T, 0, TruncationReport("error", T + 1, rows=n)))
+
+
+def head_model(seed=0, **config):
+    return reward_head(Transformer(small_config(num_layers=1, **config), rngs=nnx.Rngs(seed)), seed)
+
+
+def test_loss_is_minus_log_sigmoid_of_the_margin_over_real_pairs():
+    model, _ = head_model()
+    model.head.kernel[...] = jax.random.normal(jax.random.key(0), model.head.kernel.shape)  # not the zero init
+    batch = PreferenceBatches(marked_pairs(5, 0), 5, shuffle=False).epoch(0)[0]
+    flat = {k: batch[k].reshape(10, T) for k in ("inputs", "positions", "segment_ids")}
+    scores = nnx.jit(last_token_scores)(model, flat["inputs"], flat["positions"], flat["segment_ids"])
+    margin = np.asarray(scores).reshape(5, 2) @ np.array([1.0, -1.0])
+    loss_fn = nnx.jit(bradley_terry_loss)
+    loss, metrics = loss_fn(model, batch)
+    assert float(loss) == pytest.approx(np.mean(np.log1p(np.exp(-margin))), rel=1e-5)
+    assert metrics["accuracy"] == pytest.approx(np.mean(margin > 0)) and metrics["count"] == 5
+    padded = {k: np.concatenate([v, np.zeros((3, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
+    loss_padded, metrics_padded = loss_fn(model, padded)
+    assert float(loss_padded) == pytest.approx(float(loss), rel=1e-6) and metrics_padded["count"] == 5
+
+
+def test_reward_model_learns_a_preference_on_held_out_pairs():
+    model, wrt = head_model(1)
+    held_out = PreferenceBatches(marked_pairs(32, 99), 16, shuffle=False).epoch(0)
+    before = evaluate(model, bradley_terry_loss, held_out)
+    assert before["accuracy"] == 0 and before["loss"] == pytest.approx(np.log(2))  # zero-init head: all ties
+    trainer = Trainer(model, optax.adam(3e-3), bradley_terry_loss, wrt=wrt)
+    trainer.fit(PreferenceBatches(marked_pairs(256, 1), 16, seed=0).stream(), 40, log_every=40)
+    after = evaluate(model, bradley_terry_loss, held_out)
+    assert after["accuracy"] >= 0.9 and after["margin"] > 1, after
+
+
+def test_reward_function_scores_each_completion_in_order():
+    tokenizer = load_tokenizer(ASSETS / "tiny")
+    model, _ = head_model(2, vocab_size=tokenizer.vocab_size, max_seq_len=64)
+    model.head.kernel[...] = jax.random.normal(jax.random.key(1), model.head.kernel.shape)
+    reward = RewardFunction(model, tokenizer, seq_len=48, batch_size=4)
+    prompts = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 1), (2, 2)]]
+    completions = [f"<answer>{n}</answer>" for n in (3, 7, 11, 15, 10, 5)]
+    scores = reward(prompts, completions, answer=["3", "7", "11", "15", "10", "4"])  # extra columns are ignored
+    assert len(scores) == 6 and all(isinstance(s, float) for s in scores)
+    one_by_one = [reward([p], [c])[0] for p, c in zip(prompts[::-1], completions[::-1])][::-1]
+    np.testing.assert_allclose(scores, one_by_one, rtol=1e-5)
+    assert len(set(np.round(scores, 5))) > 1  # the score depends on the text
+
+
+def test_reward_model_config_has_the_pair_options():
+    config = RewardModelConfig.from_dict({"algorithm": "reward_model", "truncation_mode": "keep_end"})
+    assert config.truncation_mode == "keep_end" and RewardModelConfig.own_fields() == ["truncation_mode"]

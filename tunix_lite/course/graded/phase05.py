@@ -1,0 +1,283 @@
+"""Graded tests for phase 5 (solutions/05_preference_exercises.ipynb): the arithmetic of preference tuning.
+
+References are numpy in float64; the learner's float32 results must match to ~1e-5 relative. Shapes: B pairs,
+T tokens, V vocabulary. Every input is drawn from a seeded generator, so a hard-coded answer fails.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tunix_lite.course.graded import graded
+
+__all__ = [
+    "test_completion_log_probs_matches_numpy", "test_completion_log_probs_empty_rows",
+    "test_completion_log_probs_stable_for_large_logits", "test_dpo_loss_matches_numpy",
+    "test_dpo_loss_stable_for_large_margins", "test_dpo_loss_policy_equals_reference",
+    "test_ipo_loss_matches_numpy", "test_ipo_loss_minimum_at_the_target",
+    "test_orpo_log_odds_ratio_matches_float64", "test_orpo_log_odds_ratio_stable_near_certainty",
+    "test_preference_accuracy_matches_reference", "test_preference_accuracy_combines_batches_exactly",
+]
+
+HINTS = {
+    "completion_log_probs": "log p = jax.nn.log_softmax(logits); pick the targets with jnp.take_along_axis; sum "
+                            "log p * mask over T. For the mean, divide by sum(mask) guarded with jnp.where(n > 0, "
+                            "n, 1.0), so an empty row gives 0 and a finite (zero) gradient.",
+    "dpo_loss": "h = (pc - rc) - (pr - rr); loss = -(1 - eps) * log_sigmoid(beta * h) - eps * log_sigmoid(-beta * h). "
+                "jax.nn.log_sigmoid stays finite where jnp.log(jax.nn.sigmoid(x)) gives -inf.",
+    "ipo_loss": "Divide each summed log-prob by its completion length first (chosen by chosen_len, rejected by "
+                "rejected_len), then h = (pc - rc) - (pr - rr) on those means, and (h - 1 / (2 * tau)) ** 2.",
+    "orpo_log_odds_ratio": "log odds = logp - log(1 - exp(logp)). log(1 - exp(x)) is log1p(-exp(x)) for x < -log 2 "
+                           "and log(-expm1(x)) above; pick with jnp.where, but feed each branch a value it can take "
+                           "(e.g. jnp.minimum / jnp.maximum around -log 2) so neither makes a NaN gradient.",
+    "preference_accuracy": "margin = beta * ((pc - rc) - (pr - rr)); score 1 where margin > 0, 0.5 where it is 0; "
+                           "sum score * valid, divide by sum(valid) (0 if there is none). Return (accuracy, count).",
+}
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _f32(a) -> jnp.ndarray:
+    return jnp.asarray(np.asarray(a, np.float32))
+
+
+def _close(got, want, what: str, rtol=1e-5, atol=1e-6):
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol, atol=atol, err_msg=what)
+
+
+# ----------------------------------------------------------------------------- completion log-probs
+
+
+def _completion_ref(logits, targets, mask, normalize):
+    x = np.asarray(logits, np.float64)
+    top = x.max(-1, keepdims=True)
+    log_p = x - (top + np.log(np.exp(x - top).sum(-1, keepdims=True)))
+    picked = np.take_along_axis(log_p, np.asarray(targets)[..., None], -1)[..., 0]
+    total = (picked * mask).sum(-1)
+    if not normalize:
+        return total
+    n = mask.sum(-1)
+    return np.where(n > 0, total / np.where(n > 0, n, 1), 0.0)
+
+
+def _completion_inputs(seed, B=4, T=9, V=13, scale=2.0):
+    rng = _rng(seed)
+    logits = (rng.normal(size=(B, T, V)) * scale).astype(np.float32)
+    targets = rng.integers(0, V, size=(B, T)).astype(np.int32)
+    start = rng.integers(1, T // 2, size=B)
+    end = rng.integers(T // 2, T + 1, size=B)
+    t = np.arange(T)[None]
+    return logits, targets, ((t >= start[:, None]) & (t < end[:, None])).astype(np.float32)
+
+
+@graded("completion_log_probs")
+def test_completion_log_probs_matches_numpy(impl):
+    """summed and per-token-mean log-probs of the masked targets match a numpy reference, under jit, [B]"""
+    fn = jax.jit(impl.completion_log_probs, static_argnames="normalize")
+    for seed, shape in [(500, (4, 9, 13)), (501, (3, 6, 7))]:
+        logits, targets, mask = _completion_inputs(seed, *shape)
+        for normalize in (False, True):
+            got = fn(_f32(logits), jnp.asarray(targets), jnp.asarray(mask), normalize=normalize)
+            assert np.shape(got) == (shape[0],), f"return one value per row, shape ({shape[0]},); got {np.shape(got)}"
+            _close(got, _completion_ref(logits, targets, mask, normalize),
+                   f"normalize={normalize}: sum (or mean) of log p(target) where mask is 1")
+
+
+@graded("completion_log_probs")
+def test_completion_log_probs_empty_rows(impl):
+    """a row with no completion token gives 0 for both forms, and a zero (not NaN) gradient"""
+    logits, targets, mask = _completion_inputs(510)
+    mask[1] = 0.0
+    for normalize in (False, True):
+        fn = lambda x: impl.completion_log_probs(x, jnp.asarray(targets), jnp.asarray(mask), normalize=normalize)  # noqa: E731
+        got = np.asarray(jax.jit(fn)(_f32(logits)))
+        assert got[1] == 0.0, f"normalize={normalize}: an empty row must give 0.0, got {got[1]}"
+        grad = np.asarray(jax.jit(jax.grad(lambda x: fn(x).sum()))(_f32(logits)))
+        assert np.all(np.isfinite(grad)), f"normalize={normalize}: the gradient has NaN or inf"
+        assert np.all(grad[1] == 0.0), f"normalize={normalize}: an empty row must get a zero gradient"
+
+
+@graded("completion_log_probs")
+def test_completion_log_probs_stable_for_large_logits(impl):
+    """stays finite and correct for logits in the thousands (a stable log-softmax)"""
+    logits, targets, mask = _completion_inputs(520, scale=400.0)
+    logits += 3_000.0
+    got = jax.jit(impl.completion_log_probs, static_argnames="normalize")(
+        _f32(logits), jnp.asarray(targets), jnp.asarray(mask), normalize=True)
+    assert np.all(np.isfinite(np.asarray(got))), "log(softmax(x)) overflows: use jax.nn.log_softmax"
+    _close(got, _completion_ref(logits, targets, mask, True), "large logits", rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- DPO with label smoothing
+
+
+def _logsig(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def _dpo_ref(pc, pr, rc, rr, beta, eps):
+    h = beta * ((np.float64(pc) - rc) - (np.float64(pr) - rr))
+    return -(1 - eps) * _logsig(h) - eps * _logsig(-h)
+
+
+def _pairs(seed, B=6, scale=5.0):
+    rng = _rng(seed)
+    return [(rng.normal(size=B) * scale - 20).astype(np.float32) for _ in range(4)]
+
+
+@graded("dpo_loss")
+def test_dpo_loss_matches_numpy(impl):
+    """per-pair losses -(1-eps) log σ(β h) - eps log σ(-β h) and their gradient match numpy, under jit"""
+    fn = jax.jit(impl.dpo_loss, static_argnames=("beta", "label_smoothing"))
+    for seed, beta, eps in [(530, 0.1, 0.0), (531, 0.5, 0.1), (532, 2.0, 0.3)]:
+        pc, pr, rc, rr = _pairs(seed)
+        got = fn(*map(_f32, (pc, pr, rc, rr)), beta=beta, label_smoothing=eps)
+        assert np.shape(got) == pc.shape, f"return one loss per pair, shape {pc.shape}; got {np.shape(got)}"
+        _close(got, _dpo_ref(pc, pr, rc, rr, beta, eps), f"beta={beta}, label_smoothing={eps}")
+        grad = jax.grad(lambda x: impl.dpo_loss(x, _f32(pr), _f32(rc), _f32(rr), beta=beta,
+                                                label_smoothing=eps).sum())(_f32(pc))
+        h = beta * ((np.float64(pc) - rc) - (np.float64(pr) - rr))
+        sig = 1 / (1 + np.exp(-h))
+        _close(grad, beta * (-(1 - eps) * (1 - sig) + eps * sig), "d loss / d policy_chosen", rtol=1e-4)
+
+
+@graded("dpo_loss")
+def test_dpo_loss_stable_for_large_margins(impl):
+    """finite losses and gradients when β h is ±200 (log σ computed without log(σ))"""
+    rng = _rng(540)
+    pc = _f32(rng.normal(size=4) * 0.1 - 5)
+    big = _f32([400.0, -400.0, 300.0, -300.0])
+    fn = lambda x: impl.dpo_loss(x + big, _f32(np.full(4, -5.0)), pc, _f32(np.full(4, -5.0)), beta=0.5,  # noqa: E731
+                                 label_smoothing=0.1)
+    got = np.asarray(jax.jit(fn)(pc))
+    assert np.all(np.isfinite(got)), f"losses must stay finite for large margins, got {got}"
+    _close(got, _dpo_ref(np.asarray(pc) + np.asarray(big), -5.0, np.asarray(pc), -5.0, 0.5, 0.1), "large margins",
+           rtol=1e-4)
+    assert np.all(np.isfinite(np.asarray(jax.grad(lambda x: fn(x).sum())(pc)))), "the gradient must stay finite"
+
+
+@graded("dpo_loss")
+def test_dpo_loss_policy_equals_reference(impl):
+    """policy == reference gives log 2 for every pair, whatever β and the smoothing"""
+    pc, pr, _, _ = _pairs(550)
+    for beta, eps in [(0.1, 0.0), (3.0, 0.2)]:
+        got = impl.dpo_loss(_f32(pc), _f32(pr), _f32(pc), _f32(pr), beta=beta, label_smoothing=eps)
+        _close(got, np.full(pc.shape, np.log(2)), "policy == reference")
+
+
+# ----------------------------------------------------------------------------- IPO with length normalisation
+
+
+def _ipo_ref(pc, pr, rc, rr, nc, nr, tau):
+    h = (np.float64(pc) - rc) / nc - (np.float64(pr) - rr) / nr
+    return (h - 1 / (2 * tau)) ** 2
+
+
+@graded("ipo_loss")
+def test_ipo_loss_matches_numpy(impl):
+    """(h - 1/(2τ))² on per-token-mean log-ratios (each completion divided by its own length), under jit"""
+    fn = jax.jit(impl.ipo_loss, static_argnames="tau")
+    for seed, tau in [(560, 0.1), (561, 1.0)]:
+        rng = _rng(seed)
+        pc, pr, rc, rr = _pairs(seed)
+        nc, nr = (rng.integers(1, 40, size=pc.shape).astype(np.float32) for _ in range(2))
+        got = fn(*map(_f32, (pc, pr, rc, rr, nc, nr)), tau=tau)
+        assert np.shape(got) == pc.shape, f"return one loss per pair, shape {pc.shape}; got {np.shape(got)}"
+        _close(got, _ipo_ref(pc, pr, rc, rr, nc, nr, tau), f"tau={tau}: divide chosen by chosen_len, rejected "
+                                                           "by rejected_len, before the difference", rtol=1e-4)
+
+
+@graded("ipo_loss")
+def test_ipo_loss_minimum_at_the_target(impl):
+    """the loss and its gradient are 0 where the mean log-ratio difference equals 1/(2τ)"""
+    rng = _rng(570)
+    tau, n = 0.25, np.float32(rng.integers(2, 9))
+    rc, rr, pr = (np.float32(rng.normal() - 10) for _ in range(3))
+    pc = rc + n * (pr - rr) / n + n * 1 / (2 * tau)  # h = 1/(2τ) exactly
+    fn = lambda x: impl.ipo_loss(x, _f32([pr]), _f32([rc]), _f32([rr]), _f32([n]), _f32([n]), tau=tau).sum()  # noqa: E731
+    assert abs(float(fn(_f32([pc])))) < 1e-5, "the loss must vanish at h = 1/(2τ)"
+    assert abs(float(jax.grad(fn)(_f32([pc]))[0])) < 1e-4, "the gradient must vanish at h = 1/(2τ)"
+
+
+# ----------------------------------------------------------------------------- ORPO's log odds ratio
+
+
+def _log_odds_ref(c, r):
+    c, r = np.float64(c), np.float64(r)
+    return (c - np.log(-np.expm1(c))) - (r - np.log(-np.expm1(r)))
+
+
+@graded("orpo_log_odds_ratio")
+def test_orpo_log_odds_ratio_matches_float64(impl):
+    """log(odds(y_w) / odds(y_l)) from per-token mean log-probs matches a float64 reference, under jit"""
+    rng = _rng(580)
+    c = -rng.uniform(0.05, 6.0, size=12).astype(np.float32)
+    r = -rng.uniform(0.05, 6.0, size=12).astype(np.float32)
+    got = jax.jit(impl.orpo_log_odds_ratio)(_f32(c), _f32(r))
+    assert np.shape(got) == c.shape, f"return one value per pair, shape {c.shape}; got {np.shape(got)}"
+    _close(got, _log_odds_ref(c, r), "log odds = log p - log(1 - p), p = exp(mean log-prob)", rtol=1e-4)
+    swapped = jax.jit(impl.orpo_log_odds_ratio)(_f32(r), _f32(c))
+    _close(swapped, -_log_odds_ref(c, r), "swapping the pair flips the sign", rtol=1e-4)
+
+
+@graded("orpo_log_odds_ratio")
+def test_orpo_log_odds_ratio_stable_near_certainty(impl):
+    """accurate and with finite gradients for mean log-probs near 0 (p ≈ 1) and very negative (p ≈ 0)"""
+    rng = _rng(590)
+    c = _f32(-np.array([1e-4, 2e-3, 0.6931, 0.7, 30.0, 80.0]) * rng.uniform(0.9, 1.1, size=6))
+    r = _f32(-np.array([50.0, 0.3, 1e-3, 5.0, 1e-4, 0.01]) * rng.uniform(0.9, 1.1, size=6))
+    got = np.asarray(jax.jit(impl.orpo_log_odds_ratio)(c, r))
+    _close(got, _log_odds_ref(np.asarray(c), np.asarray(r)), "near p = 1 use log(-expm1(x)); near p = 0 "
+                                                            "log1p(-exp(x))", rtol=2e-3, atol=1e-3)
+    grad = np.asarray(jax.grad(lambda x: impl.orpo_log_odds_ratio(x, r).sum())(c))
+    assert np.all(np.isfinite(grad)), f"the gradient must be finite everywhere (a jnp.where branch makes NaN): {grad}"
+
+
+# ----------------------------------------------------------------------------- preference accuracy
+
+
+def _accuracy_ref(policy, reference, valid):
+    margin = (np.float64(policy[:, 0]) - reference[:, 0]) - (np.float64(policy[:, 1]) - reference[:, 1])
+    score = np.where(margin > 0, 1.0, np.where(margin == 0, 0.5, 0.0))
+    n = valid.sum()
+    return (score * valid).sum() / n if n else 0.0, n
+
+
+def _accuracy_inputs(seed, B=10):
+    rng = _rng(seed)
+    policy = np.round(rng.normal(size=(B, 2)) * 4 - 20, 1).astype(np.float32)
+    reference = np.round(rng.normal(size=(B, 2)) * 4 - 20, 1).astype(np.float32)
+    reference[:3] = policy[:3]  # three ties: the policy has not moved on them
+    valid = (rng.random(B) < 0.7).astype(np.float32)
+    valid[0] = 1.0
+    return policy, reference, valid
+
+
+@graded("preference_accuracy")
+def test_preference_accuracy_matches_reference(impl):
+    """the implicit reward ranks the pair right (1), ties (0.5), wrong (0), over real pairs only; (accuracy, count)"""
+    for seed in (600, 601):
+        policy, reference, valid = _accuracy_inputs(seed)
+        out = jax.jit(impl.preference_accuracy, static_argnames="beta")(_f32(policy), _f32(reference), _f32(valid),
+                                                                          beta=0.1)
+        assert isinstance(out, tuple) and len(out) == 2, "return a tuple (accuracy, count)"
+        want, n = _accuracy_ref(policy, reference, valid)
+        _close(out[1], n, "count is the number of real pairs (valid == 1)")
+        _close(out[0], want, "ties count 0.5, padded pairs nothing")
+    none = impl.preference_accuracy(_f32(policy), _f32(reference), _f32(np.zeros(len(valid))), beta=0.1)
+    assert float(none[0]) == 0.0 and float(none[1]) == 0.0, "no real pair: (0.0, 0)"
+
+
+@graded("preference_accuracy")
+def test_preference_accuracy_combines_batches_exactly(impl):
+    """count-weighted accuracies of two batches equal the accuracy of both together (any β > 0)"""
+    policy, reference, valid = _accuracy_inputs(610, B=14)
+    whole, _ = impl.preference_accuracy(_f32(policy), _f32(reference), _f32(valid), beta=2.0)
+    parts = [impl.preference_accuracy(_f32(policy[s]), _f32(reference[s]), _f32(valid[s]), beta=2.0)
+             for s in (slice(0, 5), slice(5, None))]
+    combined = sum(float(a) * float(n) for a, n in parts) / sum(float(n) for _, n in parts)
+    _close(combined, float(whole), "accuracy * count adds up across batches")

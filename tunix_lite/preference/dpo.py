@@ -1,0 +1,310 @@
+"""Preference tuning end to end: one config in, a trained policy, its history and before/after scores out.
+
+    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")    # loss_type: sigmoid | ipo | hinge | robust | orpo | simpo | kto
+    result = run_dpo(config)
+    result.before, result.after                              # held-out pair metrics, greedy accuracy and answer flaws
+
+`tunix-lite train --config FILE.yaml` with `algorithm: dpo` runs the same function. The policy starts from `model`;
+the reference π_ref is that same starting model, frozen. `reference` says how the loss gets π_ref's log-probs:
+- "precomputed" (default): one pass of the reference over every pair before training; the [n, 2] log-probs ride in
+  the batches as an extra (`ref_logps`), so a training step runs the policy only.
+- "online": the reference runs inside every step on the same micro-batch, as the trainer's `frozen` argument. With
+  LoRA it is the base with the adapters off (`lora.without_adapters`: no second copy of the weights); with full
+  fine-tuning, a clone of the model taken before training (it shares the arrays until the first update).
+ORPO and SimPO need no reference. The losses themselves are pure functions in tunix_lite.preference.losses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tunix_lite.preference import losses
+from tunix_lite.preference.data import PreferenceBatches, PreferenceData, tokenize_pairs, tokenize_unpaired
+from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
+                                        RunOptions, option)
+from tunix_lite.training.harness import Run, RunResult, build_model
+from tunix_lite.training.losses import feature_log_probs
+from tunix_lite.training.trainer import COUNT, evaluate, pad_batch
+
+LossType = Literal["sigmoid", "ipo", "hinge", "robust", "orpo", "simpo", "kto"]
+SEQUENCE_KEYS = ("inputs", "targets", "weights", "positions", "segment_ids")
+SMOOTHED = ("sigmoid", "robust", "simpo")  # the losses that read label_smoothing
+
+
+@dataclasses.dataclass
+class PairOptions:
+    """How pairs are cut to seq_len (shared by DPO and the reward model)."""
+
+    truncation_mode: Literal["keep_start", "keep_end"] = option(
+        "keep_start", "with truncation: truncate, keep_start cuts the completions' ends; keep_end cuts the prompt's "
+                      "beginning first")
+
+
+@dataclasses.dataclass
+class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, ModelOptions):
+    algorithm: ClassVar[str] = "dpo"
+    loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | orpo | simpo | kto; see "
+                                            "tunix_lite/preference/losses.py")
+    beta: float = option(0.1, "DPO's beta: the strength of the anchor to the reference (ipo: tau; orpo: the odds-ratio "
+                              "weight lambda; simpo: the reward scale, ~2)", gt=0)
+    label_smoothing: float = option(0.0, "probability that a label is flipped (sigmoid: cDPO, robust: rDPO, simpo)",
+                                    ge=0, lt=0.5)
+    simpo_gamma: float = option(0.5, "SimPO's target reward margin gamma", ge=0)
+    normalize_length: bool | None = option(None, "score completions by their per-token mean log-prob instead of the "
+                                                 "sum (null: the loss's convention, on for ipo, orpo and simpo)")
+    nll_weight: float = option(0.0, "add this times the chosen completion's per-token NLL (RPO; not for orpo, which "
+                                    "has its own, or kto)", ge=0)
+    desirable_weight: float = option(1.0, "KTO: weight of the desirable examples' loss", gt=0)
+    undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
+    reference: Literal["precomputed", "online"] = option(
+        "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
+    n_accuracy: int = option(64, "validation prompts answered greedily for exact match and answer flaws (0: none; "
+                                 "needs an answer column)", ge=0, resume="free")
+    max_new_tokens: int | None = option(None, "answer budget of that check (null: from the longest chosen completion)",
+                                        ge=1, resume="free")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.label_smoothing and self.loss_type not in SMOOTHED:
+            raise ConfigError(f"label_smoothing: {self.label_smoothing} has no effect with loss_type "
+                              f"{self.loss_type!r}; it applies to {', '.join(SMOOTHED)}")
+        if self.nll_weight and self.loss_type in ("orpo", "kto"):
+            raise ConfigError(f"nll_weight: {self.nll_weight} is for the pairwise losses; {self.loss_type} "
+                              f"{'has its own NLL term' if self.loss_type == 'orpo' else 'has no chosen completion'}")
+        if self.loss_type == "robust" and not self.label_smoothing:
+            raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreferenceLoss:
+    """The trainer's loss_fn(model, batch, frozen) for every preference loss. A frozen dataclass: equal settings
+    hash equal, so new trainers and evaluations with the same settings reuse the compiled step.
+
+    batch: rows [B, 2, T] (PreferenceBatches) and, with a precomputed reference, "ref_logps" [B, 2] (summed
+    completion log-probs); KTO's batches also carry "label" [B]. Without "ref_logps", `frozen` is the reference.
+    """
+
+    loss_type: str = "sigmoid"
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    simpo_gamma: float = 0.5
+    normalize_length: bool | None = None
+    nll_weight: float = 0.0
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
+    completion_window: int | None = None  # see completion_sums: the most completion targets any row has
+
+    @classmethod
+    def from_config(cls, config: DPOConfig, completion_window: int | None = None) -> PreferenceLoss:
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.name != "completion_window"}
+        return cls(**settings, completion_window=completion_window)
+
+    @property
+    def normalize(self) -> bool:
+        return self.loss_type in ("ipo", "orpo", "simpo") if self.normalize_length is None else self.normalize_length
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.loss_type not in losses.REFERENCE_FREE
+
+    def __call__(self, model, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
+        sums, counts = completion_sums(model, batch, self.completion_window)  # [B, 2] each
+        ref_sums = None
+        if self.uses_reference:
+            if "ref_logps" in batch:
+                ref_sums = batch["ref_logps"]
+            elif frozen is not None:
+                ref_sums = jax.lax.stop_gradient(completion_sums(frozen, batch, self.completion_window)[0])
+            else:
+                raise ValueError(f"the {self.loss_type} loss needs the reference: a 'ref_logps' batch entry or `frozen`")
+        return self.loss_from_sums(sums, counts, ref_sums, batch.get("label"))
+
+    def loss_from_sums(self, sums, counts, ref_sums=None, label=None) -> tuple[jax.Array, dict]:
+        """The loss and metrics from summed completion log-probs [B, 2] (chosen, rejected; KTO: completion,
+        mismatched completion), their token counts [B, 2], the reference's sums [B, 2] and KTO's labels [B]."""
+        valid = (counts.sum(-1) > 0).astype(jnp.float32)  # padded pairs have no completion tokens
+
+        def per_token(s):
+            return s / jnp.where(counts > 0, counts, 1.0)
+
+        logps = per_token(sums) if self.normalize else sums
+        chosen, rejected = logps[:, 0], logps[:, 1]
+        if self.loss_type == "orpo":
+            return losses.orpo(chosen, rejected, -per_token(sums)[:, 0], valid, lam=self.beta)
+        if self.loss_type == "kto":
+            ref = per_token(ref_sums) if self.normalize else ref_sums
+            return losses.kto(chosen, ref[:, 0], rejected, ref[:, 1], label, valid, beta=self.beta,
+                              desirable_weight=self.desirable_weight, undesirable_weight=self.undesirable_weight)
+        if self.loss_type == "simpo":
+            loss, metrics = losses.simpo(chosen, rejected, valid, beta=self.beta, gamma=self.simpo_gamma,
+                                         label_smoothing=self.label_smoothing)
+        else:
+            ref = per_token(ref_sums) if self.normalize else ref_sums
+            smoothing = {"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else {}
+            loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1], valid,
+                                                            beta=self.beta, **smoothing)
+            if self.normalize:  # log the summed log-probs and rewards whatever the loss reads, as TRL does
+                metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0], ref_sums[:, 1], valid, self.beta)
+        if self.nll_weight:
+            return losses.with_nll(loss, metrics, -per_token(sums)[:, 0], valid, weight=self.nll_weight)
+        return loss, metrics
+
+
+def completion_sums(model, batch: dict, window: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """(summed completion log-probs, completion token counts), each [B, 2], of rows [B, 2, T]: the 2B sequences run
+    through the model as one [2B, T] batch.
+
+    window: the most completion targets any row has (`PreferenceData.longest_completion`). The lm head then runs on
+    the `window` positions from each row's first completion target instead of on all T: the prompt's positions need
+    no logits (about half the lm head's work for DPO-shaped data, most of it for a 262k vocabulary). A row with a
+    longer completion would lose its last tokens: pass a window that covers the data, or None for all T."""
+    B, _, T = batch["inputs"].shape
+    flat = {key: batch[key].reshape(2 * B, T) for key in SEQUENCE_KEYS if key in batch}
+    features = model.features(flat["inputs"], flat["positions"], segment_ids=flat.get("segment_ids"))  # [2B, T, D]
+    targets, weights = flat["targets"], flat["weights"]
+    if window is not None and window < T:
+        start = jnp.minimum(jnp.argmax(weights > 0, axis=-1), T - window)  # each row's first completion target
+        keep = start[:, None] + jnp.arange(window)  # [2B, window]
+        features = jnp.take_along_axis(features, keep[..., None], axis=1)
+        targets, weights = (jnp.take_along_axis(x, keep, axis=1) for x in (targets, weights))
+    token_log_probs = feature_log_probs(model, features, targets)
+    return (losses.completion_log_probs(token_log_probs, weights).reshape(B, 2),
+            jnp.sum(batch["weights"], axis=-1))
+
+
+@partial(nnx.jit, static_argnames="window")
+def _reference_sums(model, batch, window):
+    return completion_sums(model, batch, window)[0]
+
+
+def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size: int) -> np.ndarray:
+    """The reference's summed completion log-probs of every example, [n, 2], in fixed batches (one compile)."""
+    out = []
+    for batch in PreferenceBatches(data, batch_size, shuffle=False).epoch(0):
+        n = len(batch["inputs"])
+        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size), data.longest_completion))[:n])
+    return np.concatenate(out)
+
+
+def reference_model(model: nnx.Module) -> nnx.Module:
+    """π_ref, frozen, in eval mode: the base under LoRA adapters (no copy), or a clone of a fully trained model."""
+    from tunix_lite.lora import lora_layers, without_adapters
+
+    if lora_layers(model):
+        return without_adapters(model)
+    reference = nnx.clone(model)
+    reference.eval()
+    return reference
+
+
+# ----------------------------------------------------------------------------- data and the driver
+
+
+def load_preferences(config: DPOConfig):
+    """(train records, validation records): synthetic preference pairs from the train and validation splits, or the
+    records in train_data / validation_data (a .json/.jsonl file; see tunix_lite.preference.data for the columns)."""
+    if config.train_data == "synthetic":
+        from tunix_lite.data.synthetic import DOMAINS, preference_pairs
+
+        unknown = sorted(set(config.domains or ()) - set(DOMAINS))
+        if unknown:
+            raise ConfigError(f"domains: {unknown} are not synthetic domains; choose from {', '.join(DOMAINS)}")
+        domains = config.domains or DOMAINS
+        return (preference_pairs(config.n_train, config.seed, domains=domains, split="train"),
+                preference_pairs(config.n_validation, config.seed, domains=domains, split="validation"))
+    from tunix_lite.data.sft import load_records
+
+    if config.validation_data is None:
+        raise ConfigError("validation_data: with train_data from a file, set validation_data too")
+    return load_records(config.train_data), load_records(config.validation_data)
+
+
+def unpair(records) -> list[dict]:
+    """Pairs -> KTO's unpaired examples: chosen as desirable, rejected as undesirable (TRL's
+    unpair_preference_dataset). Records that are already unpaired (a "label" column) pass through."""
+    rows = list(records)
+    if not rows or "label" in rows[0]:
+        return rows
+    return [{"prompt": r.get("prompt"), "completion": r[key], "label": key == "chosen"}
+            for r in rows for key in ("chosen", "rejected")]
+
+
+def tokenize(records, tokenizer, config, source: str, *, unpaired: bool = False) -> PreferenceData:
+    """Pairs (unpaired: KTO's examples) of `records`, as a config with DataOptions and PairOptions says; a bad
+    record's error names `source`, its row and column."""
+    options = dict(seq_len=config.seq_len, template=config.template, truncation=config.truncation,
+                   truncation_mode=config.truncation_mode)
+    try:
+        if unpaired:
+            return tokenize_unpaired(unpair(records), tokenizer, **options)
+        return tokenize_pairs(records, tokenizer, **options)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+
+
+def _check_model_path(config: DPOConfig) -> None:
+    """A model given as a local path that does not exist is usually the SFT stage not run yet: say so before any work.
+    (One slash is a hub id, as tunix_lite.load reads names.)"""
+    name = config.model
+    if (name.startswith((".", "/", "~")) or name.count("/") > 1) and not Path(name).expanduser().is_dir():
+        raise ConfigError(f"model: {config.model} does not exist; train it first (configs/dpo_tiny.yaml starts from "
+                          "the output of `tunix-lite train --config configs/sft_tiny.yaml`) or choose another model")
+
+
+def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
+    _check_model_path(config)
+    run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
+    model, tokenizer = build_model(config)
+    train, validation = load_preferences(config)
+    synthetic = config.train_data == "synthetic"
+    kto = config.loss_type == "kto"
+    train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data,
+                          unpaired=kto)
+    val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
+                        config.validation_data, unpaired=kto)
+    loss_fn = PreferenceLoss.from_config(config, max(train_data.longest_completion, val_data.longest_completion))
+
+    frozen, train_extras, val_extras = None, {}, {}
+    if loss_fn.uses_reference:
+        reference = reference_model(model)
+        if config.reference == "online":
+            frozen = reference
+        else:
+            run.say(f"reference log-probs of {len(train_data)} + {len(val_data)} examples...")
+            train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size)}
+            val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size)}
+    batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed, extras=train_extras)
+    val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False, extras=val_extras).epoch(0)
+    stats = batches.stats()
+    report = (f"train: {train_data.report}; {stats['pairs']} {'examples' if kto else 'pairs'}, "
+              f"{stats['fill']:.0%} of row tokens real, {stats['completion']:.0%} completion")
+    run.say(report)
+    answers = generation_eval_fn(config, model, tokenizer, validation)
+
+    def eval_fn(model):
+        scores = {k: v for k, v in evaluate(model, loss_fn, val_batches, frozen=frozen).items() if k != COUNT}
+        return scores | (answers(model) if answers else {})
+
+    return run.train(model, tokenizer, loss_fn, batches.stream, eval_fn, frozen=frozen, report=report,
+                     desc=config.loss_type)
+
+
+def generation_eval_fn(config: DPOConfig, model, tokenizer, validation):
+    """Greedy answers to the first n_accuracy validation prompts: exact match, format and answer flaws (None when the
+    records have no answer column or plain-text prompts, or n_accuracy is 0)."""
+    from tunix_lite.preference.evaluation import generation_eval
+
+    rows = list(validation)[:config.n_accuracy]
+    if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
+        return None
+    records = [{"prompt": r["prompt"], "answer": r["answer"], "completion": r["chosen"],
+                **({"domain": r["domain"]} if "domain" in r else {})} for r in rows]
+    return generation_eval(model, tokenizer, records, template=config.template, max_new_tokens=config.max_new_tokens)

@@ -1,0 +1,68 @@
+"""What preference tuning changed, measured on held-out data: pair metrics and the flaws of greedy answers.
+
+The synthetic pairs (`synthetic.preference_pairs`) reject three flaws: a wrong tagged answer, an untagged answer and
+an unclosed tag. `answer_flaws` counts the same three in the model's own greedy answers, so a lesson can see whether
+the generations moved the way the pairs push them, beside exact match (which must not fall).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tunix_lite.data.synthetic import ANSWER_OPEN, answer_of
+
+
+def answer_flaw(text: str, answer: str) -> str:
+    """"correct", "wrong" (a closed tag with another answer), "untagged" (no <answer>) or "unclosed" (<answer> but
+    no complete <answer>...</answer>)."""
+    if ANSWER_OPEN not in text:
+        return "untagged"
+    got = answer_of(text)
+    if got is None:
+        return "unclosed"
+    return "correct" if got.split() == answer.split() else "wrong"
+
+
+def answer_flaws(texts: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
+    """The share of `texts` with each flaw: {"flaw/wrong", "flaw/untagged", "flaw/unclosed"} (the rest are correct)."""
+    kinds = [answer_flaw(t, a) for t, a in zip(texts, answers, strict=True)]
+    return {f"flaw/{kind}": float(np.mean([k == kind for k in kinds])) for kind in ("wrong", "untagged", "unclosed")}
+
+
+def generation_eval(model, tokenizer, records, **task_eval_options):
+    """eval_fn(model) -> TaskEval's exact match and format on `records` ({"prompt", "answer", "completion"
+    [, "domain"]}), plus `answer_flaws` of the same greedy answers."""
+    from tunix_lite.evaluation import TaskEval
+
+    task = TaskEval(model, tokenizer, records, **task_eval_options)
+
+    def evaluate(model) -> dict[str, float]:
+        scores = task(model)
+        return scores | answer_flaws(task.last_texts, [r["answer"] for r in task.records])
+
+    evaluate.task = task  # its last_texts show the answers
+    return evaluate
+
+
+def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_len: int = 128, beta: float = 0.1,
+                   batch_size: int = 16, generate: bool = True) -> dict[str, float]:
+    """Held-out scores of `policy` on `pairs` (e.g. preference_pairs(n, split="test")), against `reference` (the model
+    training started from): the sigmoid-DPO pair metrics (rewards/accuracies: the implicit reward ranks the pair right;
+    logps/accuracies: the policy gives the chosen completion the higher log-prob) and, with `generate`, exact match,
+    format and answer flaws of greedy answers to the pairs' prompts. Any preference loss's policy can be compared on
+    this one scale."""
+    from tunix_lite.preference.data import PreferenceBatches, tokenize_pairs
+    from tunix_lite.preference.dpo import PreferenceLoss, reference_log_probs
+    from tunix_lite.training.trainer import evaluate
+
+    data = tokenize_pairs(pairs, tokenizer, seq_len=seq_len, truncation="drop")
+    extras = {"ref_logps": reference_log_probs(reference, data, batch_size)}
+    batches = PreferenceBatches(data, batch_size, shuffle=False, extras=extras).epoch(0)
+    scores = evaluate(policy, PreferenceLoss("sigmoid", beta=beta), batches)
+    if generate:
+        records = [{"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"], "domain": p["domain"]}
+                   for p in pairs]
+        scores |= generation_eval(policy, tokenizer, records, batch_size=min(len(records), 64))(policy)
+    return scores
