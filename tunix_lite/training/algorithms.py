@@ -17,6 +17,7 @@ from tunix_lite.training.config import SHARED_PARTS, ConfigError, read_yaml
 # algorithm -> (module, config class, driver)
 ALGORITHMS = {
     "sft": ("tunix_lite.training.sft", "SFTConfig", "run_sft"),
+    "distill": ("tunix_lite.distill.distill", "DistillConfig", "run_distill"),
 }
 
 

@@ -191,7 +191,7 @@ class Run:
         self.say("after:  " + _fmt(after))
         model.eval()
         if self.out is not None and export:
-            self._export(model, tokenizer, before or {}, after)
+            self.export(model, tokenizer, before or {}, after)
         return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
 
     def _open_outputs(self, trainer: Trainer, wrt):
@@ -214,7 +214,10 @@ class Run:
             raise ConfigError(f"checkpoint_every: {out} holds checkpoints; keep checkpoint_every > 0 to resume them")
         return checkpoints, loggers
 
-    def _export(self, model, tokenizer, before: dict, after: dict) -> None:
+    def export(self, model, tokenizer, before: dict, after: dict) -> None:
+        """Write the trained model (or its adapters) and scores.json into output_dir, each atomically. `train`
+        calls it unless export=False, e.g. when what trained holds more than the model to ship (a distillation
+        student's feature projection)."""
         out = self.out
         if self.config.lora_rank:
             from tunix_lite.lora import save_adapters
