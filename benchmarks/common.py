@@ -7,7 +7,8 @@ An implementation is a script `impl_<name>.py` that runs one workload per call:
 
     python benchmarks/impl_tunix_lite.py --workload sft_full --steps 5 --warmup 2
 
-and prints exactly one line `RESULT {json}` (see `result`) on stdout; anything else it prints is ignored.
+and prints exactly one line `RESULT {json}` (see `result`) on stdout; anything else it prints is ignored. An
+implementation without such a workload exits with NOT_APPLICABLE (3) instead.
 `benchmarks/run.py` calls them alternately (A/B/C, repetition after repetition) and writes the tables.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import resource
 import statistics
 import sys
@@ -24,29 +26,84 @@ import time
 from typing import Callable
 
 # Identical work on every side. "llama" is the llama-like shape of issue 5 (rope theta 1e6, as
-# google-tunix's Llama 3 uses whatever its config says, so every side uses it).
+# google-tunix's Llama 3 uses whatever its config says, so every side uses it). "llama_half" is the
+# distillation student: the same width, heads and vocabulary at half the depth.
 SHAPES = {
     "llama": dict(vocab=8192, d_model=256, layers=4, heads=4, kv_heads=4, head_dim=64, ffn=1024,
                   rope_theta=1e6, norm_eps=1e-5, tied=False),
 }
+SHAPES["llama_half"] = SHAPES["llama"] | dict(layers=2)
+
+NOT_APPLICABLE = 3  # an implementation's exit code for "no such workload" (run.py shows n/a)
+BOS, EOS, PAD = 2, 1, 0  # Gemma's ids; the llama-shaped random models use the same ones
+
+# name: what is measured. `kind` says which runner does it; "tokens" is what tokens/s counts (per kind below).
+# Every llama-shaped model is randomly initialised (each side its own init), float32, full fine-tuning unless
+# lora_rank is set, AdamW per OPTIMIZER with a constant learning rate `lr`, no gradient checkpointing, no clipping.
 WORKLOADS = {
-    # name: what is measured. tokens = batch * seq (inputs) per optimizer step; every token trains.
-    "sft_full": dict(shape="llama", batch=8, seq=256, lora_rank=None, lr=1e-4),
-    "sft_lora": dict(shape="llama", batch=8, seq=256, lora_rank=8, lora_alpha=16, lr=1e-4),
-    "gemma_lora": dict(shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16, lr=1e-4),
+    # sft: next-token cross-entropy on one fixed batch of random ids; every token trains.
+    # tokens = batch * seq (inputs) per optimizer step.
+    "sft_full": dict(kind="sft", shape="llama", batch=8, seq=256, lora_rank=None, lr=1e-4),
+    "sft_lora": dict(kind="sft", shape="llama", batch=8, seq=256, lora_rank=8, lora_alpha=16, lr=1e-4),
+    "gemma_lora": dict(kind="sft", shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16, lr=1e-4),
     # Issue 4's LoRA vs QLoRA vs full fine-tuning on Gemma 3 270M (QLoRA: the frozen base stored quantized).
-    "gemma_qlora_int8": dict(shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16, quantize="int8",
-                             lr=1e-4),
-    "gemma_qlora_nf4": dict(shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16, quantize="nf4",
-                            lr=1e-4),
-    "gemma_full": dict(shape="gemma3-270m", batch=4, seq=128, lora_rank=None, lr=1e-4),
-    "generate_tiny": dict(shape="tiny", batch=1, prompt=64, new_tokens=64),
-    "generate_gemma": dict(shape="gemma3-270m", batch=1, prompt=64, new_tokens=32),
+    "gemma_qlora_int8": dict(kind="sft", shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16,
+                             quantize="int8", lr=1e-4),
+    "gemma_qlora_nf4": dict(kind="sft", shape="gemma3-270m", batch=4, seq=128, lora_rank=8, lora_alpha=16,
+                            quantize="nf4", lr=1e-4),
+    "gemma_full": dict(kind="sft", shape="gemma3-270m", batch=4, seq=128, lora_rank=None, lr=1e-4),
+    # generate: greedy decoding, no early stop; tokens = batch * new_tokens generated per call.
+    "generate_tiny": dict(kind="generate", shape="tiny", batch=1, prompt=64, new_tokens=64),
+    "generate_gemma": dict(kind="generate", shape="gemma3-270m", batch=1, prompt=64, new_tokens=32),
+    # dpo (issue 12): one optimizer step on one fixed batch of `pairs` preference pairs (data: preference_batch).
+    # Each pair is a 128-token prompt with a 128-token chosen and a 128-token rejected completion, run as 2 * pairs
+    # sequences of 256 tokens (chosen rows, then rejected rows, the prompt repeated). Log-probs are summed over the
+    # completion tokens only. Sigmoid DPO: -log sigmoid(beta * ((pi_c - ref_c) - (pi_r - ref_r))), mean over pairs,
+    # no label smoothing. The reference is a frozen copy of the initial policy, run inside every step on the same
+    # 2 * pairs sequences (no precomputed reference log-probs). tokens = 2 * pairs * (prompt + completion) = 4,096;
+    # pairs/s is reported beside tokens/s.
+    "dpo": dict(kind="dpo", shape="llama", pairs=8, prompt=128, completion=128, beta=0.1, lr=1e-4),
+    # orpo: the same data and step without a reference model: NLL on the chosen completion + lambda * odds-ratio
+    # loss (Hong et al. 2024, lambda 0.1). The peers differ in details that do not change the work (see
+    # peers/README.md): tunix sums completion log-probs, TRL averages them per token and takes the NLL over
+    # prompt + chosen. tokens as for dpo.
+    "orpo": dict(kind="orpo", shape="llama", pairs=8, prompt=128, completion=128, lambda_orpo=0.1, lr=1e-4),
+    # grpo (issue 13): one step = rollout + update. Rollout: `prompts` fixed prompts (grpo_prompts) x `group`
+    # completions each, sampled from the current policy at temperature 1.0 (full vocabulary: no top-k, top-p 1),
+    # exactly `completion` tokens each (no stop token can end a completion early). Reward: parity_reward (below),
+    # group-normalised advantages (r - mean_g) / (std_g + eps). Update: `iterations` = 1 optimizer step on all
+    # prompts * group rows (one mini-batch), clipped surrogate (epsilon 0.2) + beta * k3 KL to a frozen reference
+    # (exp(ref - pi) - (ref - pi) - 1), per-sequence token mean, then mean over sequences. With one iteration the
+    # ratio is exp(pi - stop_gradient(pi)): no old-policy forward pass. The reference forward runs inside every
+    # step. tokens = prompts * group * (prompt + completion) = 2,048 per step; rollout tokens/s =
+    # prompts * group * completion / rollout seconds; update seconds = step - rollout (reference forward,
+    # rewards, advantages, policy forward + backward, optimizer).
+    "grpo": dict(kind="grpo", shape="llama", prompts=4, group=4, prompt=64, completion=64, temperature=1.0,
+                 iterations=1, beta=0.04, epsilon=0.2, lr=1e-4),
+    # distill (issue 14): logit knowledge distillation of the "llama" teacher (random init, frozen) into a
+    # "llama_half" student (random init, trained) on one fixed batch of random ids (as sft_full):
+    # alpha * T^2 * KL(softmax(z_t / T) || softmax(z_s / T)) + (1 - alpha) * CE(next token, z_s), mean over
+    # tokens, full vocabulary. online: the teacher's forward runs inside every step. cached: the teacher's logits
+    # for the batch were computed once before timing and are read by every step (full vocabulary, float32:
+    # batch * seq * vocab * 4 bytes = 64 MiB; a top-k cache is a different workload). tokens = batch * seq.
+    "distill_online": dict(kind="distill", shape="llama", student="llama_half", batch=8, seq=256, alpha=0.5,
+                           temperature=2.0, teacher="online", lr=1e-4),
+    "distill_cached": dict(kind="distill", shape="llama", student="llama_half", batch=8, seq=256, alpha=0.5,
+                           temperature=2.0, teacher="cached", lr=1e-4),
+    # rollout_group (issue 13): a GRPO rollout group: one `prompt`-token prompt, `group` completions of exactly
+    # `new_tokens` tokens sampled at temperature 1.0 (full vocabulary, no stop). A side may share the prompt's
+    # prefill and KV prefix across the group (tunix_lite) or run the prompt `group` times as a batch (tunix,
+    # transformers). tokens = group * new_tokens generated per call.
+    "rollout_group_tiny": dict(kind="rollout", shape="tiny", group=8, prompt=64, new_tokens=64, temperature=1.0),
+    "rollout_group_gemma": dict(kind="rollout", shape="gemma3-270m", group=8, prompt=64, new_tokens=32,
+                                temperature=1.0),
 }
-# Timed steps and warm-up calls per measurement. A Gemma 3 270M training step takes seconds and every
-# implementation compiles or warms up in its first call, so three timed steps after one warm-up suffice.
+TRAINING_KINDS = ("sft", "dpo", "orpo", "grpo", "distill")
+# Timed steps and warm-up calls per measurement. A Gemma 3 270M training step or group rollout takes seconds
+# and every implementation compiles or warms up in its first call, so three timed calls after one warm-up suffice.
 DEFAULT_TIMING = (5, 2)
-TIMING = {w: (3, 1) for w, spec in WORKLOADS.items() if spec["shape"].startswith("gemma") and "lr" in spec}
+TIMING = {w: (3, 1) for w, spec in WORKLOADS.items()
+          if spec["shape"].startswith("gemma") and spec["kind"] in TRAINING_KINDS + ("rollout",)}
 
 
 def timing(workload: str, steps: int | None = None, warmup: int | None = None) -> tuple[int, int]:
@@ -70,6 +127,91 @@ def train_flops_per_step(shape: dict, batch: int, seq: int) -> float:
     matmul_params = n * per_layer + d * v  # the lm head is a matmul; the embedding lookup is not
     tokens = batch * seq
     return 6 * matmul_params * tokens + 12 * n * h * hd * seq * tokens
+
+
+def forward_flops(shape: dict, batch: int, seq: int) -> float:
+    """Model FLOPs of one forward pass over batch x seq tokens (a third of train_flops_per_step)."""
+    return train_flops_per_step(shape, batch, seq) / 3
+
+
+def workload_flops(name: str) -> dict:
+    """Matmul FLOPs of one step of a post-training workload, by part, with "step" their sum (the MFU numerator).
+
+    dpo: policy forward + backward and reference forward on 2 * pairs sequences; orpo: policy only.
+    grpo: "update" = policy forward + backward + reference forward on prompts * group sequences of
+    prompt + completion tokens (one iteration: no old-policy forward); "rollout" = one forward over the same
+    sequences (prefill plus one decode step per generated token, the KV cache's attention counted as a full
+    forward's, as in training). distill: student forward + backward, + the teacher's forward when online.
+    """
+    w = WORKLOADS[name]
+    shape = SHAPES[w["shape"]]
+    if w["kind"] in ("dpo", "orpo"):
+        rows, seq = 2 * w["pairs"], w["prompt"] + w["completion"]
+        parts = dict(policy=train_flops_per_step(shape, rows, seq))
+        if w["kind"] == "dpo":
+            parts["reference"] = forward_flops(shape, rows, seq)
+    elif w["kind"] == "grpo":
+        rows, seq = w["prompts"] * w["group"], w["prompt"] + w["completion"]
+        parts = dict(update=train_flops_per_step(shape, rows, seq) + forward_flops(shape, rows, seq),
+                     rollout=forward_flops(shape, rows, seq))
+    elif w["kind"] == "distill":
+        parts = dict(student=train_flops_per_step(SHAPES[w["student"]], w["batch"], w["seq"]))
+        if w["teacher"] == "online":
+            parts["teacher"] = forward_flops(shape, w["batch"], w["seq"])
+    else:
+        raise ValueError(f"workload_flops covers the post-training workloads, not {name} ({w['kind']})")
+    return parts | dict(step=sum(parts.values()))
+
+
+def tokens_per_step(name: str) -> int:
+    """What tokens/s counts for a workload (see WORKLOADS)."""
+    w = WORKLOADS[name]
+    kind = w["kind"]
+    if kind in ("sft", "distill"):
+        return w["batch"] * w["seq"]
+    if kind == "generate":
+        return w["batch"] * w["new_tokens"]
+    if kind in ("dpo", "orpo"):
+        return 2 * w["pairs"] * (w["prompt"] + w["completion"])
+    if kind == "grpo":
+        return w["prompts"] * w["group"] * (w["prompt"] + w["completion"])
+    if kind == "rollout":
+        return w["group"] * w["new_tokens"]
+    raise ValueError(f"unknown workload kind {kind!r}")
+
+
+# ----------------------------------------------------------------------------- shared data (stdlib only)
+# Every peer draws its ids from these functions, so all peers see the same ids. tunix_lite may draw its own
+# random ids (numpy); that changes loss values, not the work done.
+
+def random_ids(rng, n: int, vocab: int) -> list[int]:
+    """n ids in [3, vocab): never pad (0), eos (1) or bos (2)."""
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+def preference_batch(vocab: int, pairs: int, prompt: int, completion: int, seed: int = 0) -> dict:
+    """The dpo/orpo batch: per pair a prompt of bos + prompt-1 random ids, and chosen and rejected completions
+    of completion-1 random ids + eos each (so a trainer that appends eos to a completion finds one already)."""
+    rng = random.Random(seed)
+    out = dict(prompt=[], chosen=[], rejected=[])
+    for _ in range(pairs):
+        out["prompt"].append([BOS] + random_ids(rng, prompt - 1, vocab))
+        out["chosen"].append(random_ids(rng, completion - 1, vocab) + [EOS])
+        out["rejected"].append(random_ids(rng, completion - 1, vocab) + [EOS])
+    return out
+
+
+def grpo_prompts(vocab: int, prompts: int, length: int, seed: int = 0) -> list[list[int]]:
+    """The grpo prompts: each bos + length-1 random ids."""
+    rng = random.Random(seed)
+    return [[BOS] + random_ids(rng, length - 1, vocab) for _ in range(prompts)]
+
+
+def parity_reward(completion_ids) -> float:
+    """The grpo reward of one completion: the fraction of its token ids that are even. Cheap, deterministic,
+    and it varies within a group of random samples (so advantages are not all zero)."""
+    ids = list(completion_ids)
+    return sum(1 for t in ids if int(t) % 2 == 0) / max(len(ids), 1)
 
 
 def machine() -> dict:

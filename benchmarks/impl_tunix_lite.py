@@ -210,9 +210,11 @@ def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
 def main():
     args = common.impl_args(__doc__)
     w = common.WORKLOADS[args.workload]
-    run = run_distill if w.get("kind") == "distill" else run_generate if w.get("kind", args.workload).startswith(
-        "generate") else run_train
-    common.emit(run(args.workload, w, args.steps, args.warmup))
+    runners = dict(sft=run_train, generate=run_generate, distill=run_distill)
+    if w["kind"] not in runners:
+        print(f"tunix_lite: workload {args.workload} ({w['kind']}) not implemented yet", file=sys.stderr)
+        sys.exit(common.NOT_APPLICABLE)
+    common.emit(runners[w["kind"]](args.workload, w, args.steps, args.warmup))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def op_durations(trace_dir: str) -> dict[str, list[float]]:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="sft_full",
-                   choices=[w for w, spec in common.WORKLOADS.items() if "lr" in spec])
+                   choices=[w for w, spec in common.WORKLOADS.items() if spec["kind"] == "sft"])
     p.add_argument("--steps", type=int, default=3, help="traced steps (after two warm-up steps)")
     p.add_argument("--top", type=int, default=20, help="how many single ops to list")
     args = p.parse_args()

@@ -39,7 +39,7 @@ import common  # noqa: E402
 
 IMPLS = ("tunix_lite", "tunix", "trl", "torch")
 PEERS = IMPLS[1:]
-NOT_APPLICABLE = 3  # an implementation's exit code for "no such workload"
+NOT_APPLICABLE = common.NOT_APPLICABLE
 CACHE_BYTES = 256 * 2**20  # weights larger than any CPU cache stream from memory on every decode step
 
 PEAK_SNIPPET = """
@@ -161,7 +161,7 @@ def summarise(records: list[dict], workloads: list[str], impls: list[str], statu
                         steps_peak_mb=max((r["steps_peak_mb"] for r in ok if r.get("steps_peak_mb")), default=None),
                         flops_per_s=med("flops_per_s"))
             row["mfu"] = row["flops_per_s"] / peak["flops_per_s"] if row["flops_per_s"] else None
-            for key in ("prefill_tokens_per_s", "decode_tokens_per_s"):
+            for key in DETAIL_KEYS:
                 if med(key) is not None:
                     row[key] = med(key)
             if "decode_tokens_per_s" in row and weight_bytes and weight_bytes > CACHE_BYTES:
@@ -171,13 +171,31 @@ def summarise(records: list[dict], workloads: list[str], impls: list[str], statu
     return rows
 
 
+# Per-workload figures an implementation may report beside tokens/s (medians over repetitions).
+DETAIL_KEYS = ("prefill_tokens_per_s", "decode_tokens_per_s", "pairs_per_s", "rollout_tokens_per_s", "rollout_s",
+               "update_s")
+
+
 def _fmt(x, digits=0):
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
+def detail(r: dict) -> str:
+    """The last column: prefill / decode tok/s for generation, pairs/s for preference training, rollout tok/s
+    and the split of the step for RL."""
+    if "decode_tokens_per_s" in r:
+        return f"{_fmt(r['prefill_tokens_per_s'])} / {_fmt(r['decode_tokens_per_s'], 1)}"
+    if "rollout_s" in r:
+        return (f"rollout {_fmt(r['rollout_tokens_per_s'])} tok/s ({_fmt(r['rollout_s'], 2)} s), "
+                f"update {_fmt(r['update_s'], 2)} s")
+    if "pairs_per_s" in r:
+        return f"{_fmt(r['pairs_per_s'], 2)} pairs/s"
+    return ""
+
+
 def main_table(rows: list[dict]) -> str:
     lines = ["| workload | impl | tokens/s (median) | min–max | step s | first step s | peak MB | steps MB | MFU "
-             "| prefill / decode tok/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| prefill / decode tok/s, or detail |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['workload']} | {r['impl']} | {r['status']} | | | | | | | |")
@@ -185,8 +203,7 @@ def main_table(rows: list[dict]) -> str:
         t = r["tokens_per_s"] or {}
         digits = 1 if t.get("median", 100) < 100 else 0
         spread = f"{_fmt(t.get('min'), digits)}–{_fmt(t.get('max'), digits)}" if t.get("n", 0) > 1 else ""
-        gen = (f"{_fmt(r['prefill_tokens_per_s'])} / {_fmt(r['decode_tokens_per_s'], 1)}"
-               if "decode_tokens_per_s" in r else "")
+        gen = detail(r)
         if r.get("decode_bandwidth_use"):
             gen += f" ({100 * r['decode_bandwidth_use']:.0f}% of bw)"
         mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "–"
@@ -263,6 +280,9 @@ DEFAULT_NOTES = """- Each cell is the median over repetitions of (tokens per ste
   caches): decoding one token at batch 1 reads every float32 weight once, so decode tok/s × weight bytes
   over the measured read bandwidth is the share of the memory-bandwidth bound reached (100% = no
   implementation can decode faster).
+- Post-training workloads (dpo, orpo, grpo, distill_*, rollout_group_*): what tokens/s counts and what a step
+  holds are defined in benchmarks/common.py (WORKLOADS, workload_flops). grpo's detail column splits the
+  step into the rollout (generated tokens/s) and the rest (update = step - rollout).
 """
 
 

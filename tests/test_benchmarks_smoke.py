@@ -39,3 +39,54 @@ def test_profile_step_lists_where_the_step_goes():
     assert float(head.split(": ")[1].split(" ms")[0]) > 0
     assert len(kinds.splitlines()) >= 3  # header + at least two kinds of op
     assert len(top.splitlines()) == 6 and "sft_full" in head
+
+
+def _common():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import common
+
+    return common
+
+
+def test_post_training_workloads_share_one_definition_of_data_and_work():
+    """The peers and tunix_lite read dpo/grpo data and FLOP counts from benchmarks/common.py: the data keep the
+    documented layout (bos-led prompts, eos-ended completions, no special id elsewhere) and the FLOPs add up."""
+    common = _common()
+    vocab = common.SHAPES["llama"]["vocab"]
+    dpo = common.WORKLOADS["dpo"]
+    data = common.preference_batch(vocab, dpo["pairs"], dpo["prompt"], dpo["completion"])
+    assert data == common.preference_batch(vocab, dpo["pairs"], dpo["prompt"], dpo["completion"])  # fixed
+    special = {common.PAD, common.EOS, common.BOS}
+    for prompt, chosen, rejected in zip(data["prompt"], data["chosen"], data["rejected"]):
+        assert len(prompt) == dpo["prompt"] and prompt[0] == common.BOS and not special & set(prompt[1:])
+        for completion in (chosen, rejected):
+            assert len(completion) == dpo["completion"] and completion[-1] == common.EOS
+            assert not special & set(completion[:-1]) and max(completion) < vocab
+        assert chosen != rejected
+    grpo = common.WORKLOADS["grpo"]
+    prompts = common.grpo_prompts(vocab, grpo["prompts"], grpo["prompt"])
+    assert [len(p) for p in prompts] == [grpo["prompt"]] * grpo["prompts"] and {p[0] for p in prompts} == {2}
+    assert common.parity_reward([4, 7, 10, 3]) == 0.5 and common.parity_reward(["8", "6"]) == 1.0
+
+    assert common.tokens_per_step("dpo") == 2 * 8 * 256 and common.tokens_per_step("grpo") == 16 * 128
+    llama, half = common.SHAPES["llama"], common.SHAPES["llama_half"]
+    flops = common.workload_flops("dpo")
+    assert flops["step"] == pytest.approx(4 / 3 * common.train_flops_per_step(llama, 16, 256))
+    assert common.workload_flops("orpo")["step"] == pytest.approx(flops["policy"])
+    online, cached = common.workload_flops("distill_online"), common.workload_flops("distill_cached")
+    assert online["step"] - cached["step"] == pytest.approx(common.forward_flops(llama, 8, 256))
+    assert cached["step"] == pytest.approx(common.train_flops_per_step(half, 8, 256))
+
+
+def test_peer_id_tokenizer_round_trips_every_id():
+    """TRL's trainers see the benchmark ids as text: every id, special ones included, must come back exactly
+    (a special token spelled "1" used to split "17" into 1, 7). Run apart: _torch_common sets torch threads."""
+    pytest.importorskip("transformers")
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/peers']\n"
+            "import _torch_common as tc\n"
+            "tok = tc.id_tokenizer(1024); ids = list(range(1024)) + [17, 1, 2, 11, 0]\n"
+            "assert tok(tc.id_text(ids))['input_ids'] == ids\n"
+            "assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

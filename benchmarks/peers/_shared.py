@@ -19,7 +19,7 @@ import common  # noqa: E402  (benchmarks/common.py, stdlib only)
 
 TINY_DIR = os.path.join(REPO, "tunix_lite", "assets", "tiny")
 GEMMA_DIR = os.path.expanduser("~/.cache/tunix_lite/gemma3-270m")
-BOS = 2  # Gemma's bos; the llama-shaped random models have no tokenizer, 2 is used as bos there too
+BOS = common.BOS  # Gemma's bos; the llama-shaped random models have no tokenizer and use it too
 
 
 def train_tokens(vocab: int, batch: int, seq: int, seed: int = 0) -> list[list[int]]:
@@ -47,7 +47,7 @@ def versions(*names: str) -> dict:
 def unsupported(impl: str, workload: str, why: str) -> None:
     """Exit code 3 with one line: run.py records the cell as n/a."""
     print(f"{impl}: workload {workload} not supported: {why}", file=sys.stderr, flush=True)
-    sys.exit(3)
+    sys.exit(common.NOT_APPLICABLE)
 
 
 def generation_fields(batch: int, prompt: int, new_tokens: int, prefill_s: float, total_s: float) -> dict:

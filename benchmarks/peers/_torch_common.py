@@ -91,13 +91,25 @@ def trainable_params(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+SPECIAL_WORDS = {common.PAD: "<pad>", common.EOS: "<eos>", common.BOS: "<bos>", 3: "<unk>"}
+
+
+def id_text(ids) -> str:
+    """The text id_tokenizer turns back into exactly `ids` ("<bos> 17 99 <eos>")."""
+    return " ".join(SPECIAL_WORDS.get(int(i), str(int(i))) for i in ids)
+
+
 def id_tokenizer(vocab: int):
-    """A tokenizer whose tokens are the ids themselves ("0".."vocab-1"): the data is pre-tokenized, TRL only
-    needs pad/eos from it."""
+    """A tokenizer whose words are the ids themselves ("17" is id 17), except the special ids 0-3, which are
+    spelled as words no digit string matches ("<pad>", "<eos>", "<bos>", "<unk>"): special tokens are matched
+    inside words, so a special token "1" would split "17" into 1, 7. The SFT data is pre-tokenized (TRL only
+    needs pad/eos from it); DPO, ORPO and GRPO data are texts made by id_text."""
     import tokenizers
     import transformers
 
-    core = tokenizers.Tokenizer(tokenizers.models.WordLevel({str(i): i for i in range(vocab)}, unk_token="3"))
+    words = {SPECIAL_WORDS.get(i, str(i)): i for i in range(vocab)}
+    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="<unk>"))
     core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="0", eos_token="1",
-                                                bos_token=str(_shared.BOS), unk_token="3")
+    core.decoder = tokenizers.decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
+                                                bos_token="<bos>", unk_token="<unk>")

@@ -7,8 +7,9 @@
 Training: zero_grad, `model(input_ids=x, labels=x).loss` (transformers' shifted mean cross-entropy),
 backward, torch.optim.AdamW step; LoRA through peft. sft_* use LlamaForCausalLM with SHAPES['llama']
 (random init, seed 0); gemma_lora and generate_gemma load ~/.cache/tunix_lite/gemma3-270m, generate_tiny
-loads tunix_lite/assets/tiny (both Gemma3ForCausalLM). Generation: transformers `generate`, greedy,
-min_new_tokens = max_new_tokens. Threads: see _torch_common (OMP_WAIT_POLICY=PASSIVE, os.cpu_count()).
+loads tunix_lite/assets/tiny (both Gemma3ForCausalLM). Generation: transformers `generate`, greedy
+(generate_*) or sampling at temperature 1 (rollout_group_*), min_new_tokens = max_new_tokens. Threads: see
+_torch_common (OMP_WAIT_POLICY=PASSIVE, os.cpu_count()).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from _shared import common  # noqa: E402
 import torch  # noqa: E402
 
 IMPL = "torch"
-SUPPORTED = ("sft_full", "sft_lora", "gemma_lora", "generate_tiny", "generate_gemma")
+SUPPORTED = ("sft_full", "sft_lora", "gemma_lora", "generate_tiny", "generate_gemma", "rollout_group_tiny",
+             "rollout_group_gemma")
 
 
 def main():
@@ -33,7 +35,7 @@ def main():
     if args.workload not in SUPPORTED:
         _shared.unsupported(IMPL, args.workload, "not implemented for the torch loop")
     work = common.WORKLOADS[args.workload]
-    record = (run_generate if args.workload.startswith("generate") else run_train)(args, work)
+    record = (run_train if work["kind"] == "sft" else run_generate)(args, work)
     common.emit(record)
 
 
@@ -68,17 +70,23 @@ def run_train(args, work):
 
 
 def run_generate(args, work):
+    """generate_*: greedy, `batch` copies of the prompt. rollout_group_*: the prompt `group` times in one batch,
+    sampled at temperature 1 over the full vocabulary (top_k 0, top_p 1.0), as TRL's GRPOTrainer calls generate."""
     directory = _shared.TINY_DIR if work["shape"] == "tiny" else _shared.GEMMA_DIR
     model = tc.pretrained(directory).eval()
-    batch, prompt, new = work["batch"], work["prompt"], work["new_tokens"]
+    sampling = work["kind"] == "rollout"
+    batch, prompt, new = (work["group"] if sampling else work["batch"]), work["prompt"], work["new_tokens"]
     ids = torch.tensor([_shared.prompt_ids(model.config.vocab_size, prompt)] * batch, dtype=torch.long)
     mask = torch.ones_like(ids)
+    how = dict(do_sample=True, temperature=work["temperature"], top_k=0, top_p=1.0) if sampling else dict(
+        do_sample=False)
+    torch.manual_seed(0)
     outputs = []
 
     def generate(n):
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=0)
+                                 pad_token_id=0, **how)
         assert out.shape == (batch, prompt + n), out.shape
         outputs.append(out)
 
@@ -87,7 +95,12 @@ def run_generate(args, work):
     extra = dict(shape=work["shape"], checkpoint=directory, model=f"transformers.{type(model).__name__}",
                  generated_head=outputs[-1][0, prompt:prompt + 8].tolist(),
                  prefill_first_s=prefill_first, prefill_step_s=common.summary(prefill_times),
-                 sampler="transformers generate, greedy, min_new_tokens=max_new_tokens, default (dynamic) cache")
+                 sampler="transformers generate, " + (f"sampling at temperature {work['temperature']}, top_k 0, "
+                                                      f"top_p 1.0, the prompt repeated {batch} times"
+                                                      if sampling else "greedy") +
+                         ", min_new_tokens=max_new_tokens, default (dynamic) cache")
+    if sampling:
+        extra["distinct_rows"] = len({tuple(row.tolist()) for row in outputs[-1][:, prompt:]})
     extra |= tc.torch_fields(model)
     extra |= _shared.generation_fields(batch, prompt, new, statistics.median(prefill_times), statistics.median(times))
     return common.result(IMPL, args.workload, step_times=times, tokens_per_step=batch * new, first_step_s=first,
