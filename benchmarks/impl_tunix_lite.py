@@ -7,6 +7,12 @@ weight 1), plain `optax.adamw` per `common.OPTIMIZER`. The llama shape is a tuni
 built from `common.SHAPES["llama"]` (SwiGLU, untied lm head, no sandwich norm, random init seed 0);
 the gemma workloads load the real Gemma 3 270M weights. `step` returns floats, so each call blocks.
 
+Distillation workloads (distill_online, distill_cached): logit KD of the llama teacher (random init, seed 0,
+frozen) into the llama_half student (seed 1) on one fixed batch (as sft_full), plain AdamW. online: the library's
+`DistillLoss` with the teacher as the step's `frozen` argument (its forward runs inside every step). cached: the
+teacher's full-vocabulary float32 logits computed once before timing and carried in the batch, as the workload
+defines it, read by `losses.kd_loss` (the library's own cache keeps only the top k: `tunix_lite.distill.cache`).
+
 Generation workloads (generate_*): `Sampler.generate` greedy with stop_ids=[-1] (no early stop, every
 row makes exactly `new_tokens`) on random prompt ids (seed 0, `prompt` tokens, no BOS added). tokens/s
 counts generated tokens per second of a whole generate call (prefill included); the extra fields
@@ -70,14 +76,14 @@ def shape_of(config) -> dict:
                 ffn=config.mlp_dim)
 
 
-def build_model(name: str):
+def build_model(name: str, seed: int = 0):
     """(model, tokenizer or None) for a workload's shape: random llama-like, or a tunix_lite checkpoint."""
     if name in common.SHAPES:
         from flax import nnx
 
         from tunix_lite.models.transformer import Transformer
 
-        return Transformer(llama_config(common.SHAPES[name]), rngs=nnx.Rngs(0)), None
+        return Transformer(llama_config(common.SHAPES[name]), rngs=nnx.Rngs(seed)), None
     from tunix_lite.loading import load
 
     return load(name)
@@ -85,8 +91,6 @@ def build_model(name: str):
 
 def train_setup(w: dict):
     """(Trainer, batch) for a training workload: the model, LoRA/QLoRA, AdamW and one fixed batch."""
-    import jax.numpy as jnp
-    import numpy as np
     import optax
     from flax import nnx
 
@@ -108,12 +112,18 @@ def train_setup(w: dict):
     tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
     trainer = Trainer(model, tx, lm_loss, wrt=nnx.LoRAParam if w.get("lora_rank") else nnx.Param)
 
-    B, T = w["batch"], w["seq"]
-    tokens = np.random.default_rng(0).integers(0, config.vocab_size, (B, T + 1), dtype=np.int32)
-    batch = dict(inputs=jnp.asarray(tokens[:, :-1]), targets=jnp.asarray(tokens[:, 1:]),
-                 weights=jnp.ones((B, T), jnp.float32),
-                 positions=jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)))
-    return trainer, batch
+    return trainer, random_batch(config.vocab_size, w["batch"], w["seq"])
+
+
+def random_batch(vocab: int, B: int, T: int) -> dict:
+    """One fixed batch of random tokens (seed 0), every position trained."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    tokens = np.random.default_rng(0).integers(0, vocab, (B, T + 1), dtype=np.int32)
+    return dict(inputs=jnp.asarray(tokens[:, :-1]), targets=jnp.asarray(tokens[:, 1:]),
+                weights=jnp.ones((B, T), jnp.float32),
+                positions=jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)))
 
 
 def run_train(name: str, w: dict, steps: int, warmup: int) -> dict:
@@ -178,6 +188,51 @@ def run_preference(name: str, w: dict, steps: int, warmup: int) -> dict:
     return record
 
 
+class FullLogitsKD:
+    """The distill_cached loss: KD against teacher logits [B, T, V] that ride in the batch."""
+
+    def __init__(self, alpha: float, temperature: float):
+        self.alpha, self.temperature = alpha, temperature
+
+    def __call__(self, model, batch, frozen=None):
+        from tunix_lite.distill.losses import kd_loss
+
+        logits = model(batch["inputs"], batch["positions"])
+        return kd_loss(logits, batch["teacher_logits"], batch["targets"], batch["weights"], alpha=self.alpha,
+                       temperature=self.temperature)
+
+
+def run_distill(name: str, w: dict, steps: int, warmup: int) -> dict:
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from tunix_lite.distill.objective import DistillLoss
+    from tunix_lite.training.trainer import Trainer
+
+    teacher, _ = build_model(w["shape"])
+    teacher.eval()
+    student = build_model(w["student"], seed=1)[0]
+    o = common.OPTIMIZER
+    tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
+    B, T = w["batch"], w["seq"]
+    batch = random_batch(student.config.vocab_size, B, T)
+    if w["teacher"] == "online":
+        trainer = Trainer(student, tx, DistillLoss(alpha=w["alpha"], temperature=w["temperature"]), frozen=teacher)
+    else:
+        batch["teacher_logits"] = np.asarray(nnx.jit(teacher)(batch["inputs"], batch["positions"]))
+        trainer = Trainer(student, tx, FullLogitsKD(w["alpha"], w["temperature"]))
+        del teacher
+    with RssSampler() as rss:
+        first, times = common.time_steps(lambda: float(trainer.step(batch)["loss"]), steps, warmup)
+    trained = sum(x.size for x in jax.tree.leaves(nnx.state(student, nnx.Param)))
+    return common.result(IMPL, name, step_times=times, tokens_per_step=B * T, first_step_s=first,
+                         flops_per_step=common.workload_flops(name)["step"], steps_peak_mb=rss.peak,
+                         trained_params=trained, final_loss=trainer.history[-1]["loss"],
+                         teacher=w["teacher"], teacher_logits_mb=batch.get("teacher_logits", np.zeros(0)).nbytes / 2**20)
+
+
 def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
     import jax
     import numpy as np
@@ -202,7 +257,7 @@ def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
 def main():
     args = common.impl_args(__doc__)
     w = common.WORKLOADS[args.workload]
-    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference)
+    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference, distill=run_distill)
     if w["kind"] not in runners:
         print(f"tunix_lite: workload {args.workload} ({w['kind']}) not implemented yet", file=sys.stderr)
         sys.exit(common.NOT_APPLICABLE)

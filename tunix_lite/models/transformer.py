@@ -109,6 +109,16 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: 
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
+def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """The probabilities `attention` weighs the values by, per query head: q [B,T,N,H], k [B,S,K,H],
+    mask [B,T,S] -> [B,N,T,S] (float32; each row sums to 1). Laid out for reading (attention maps,
+    attention transfer), not for speed: the forward pass never materialises them this way."""
+    N, K = q.shape[2], k.shape[2]
+    k = jnp.repeat(k, N // K, axis=2)  # query head n reads kv head n // G
+    scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) * scale
+    return jax.nn.softmax(jnp.where(mask[:, None], scores, _MASKED), axis=-1)
+
+
 # ----------------------------------------------------------------------------- KV cache
 
 
@@ -172,9 +182,8 @@ class Attention(nnx.Module):
         if c.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(c.head_dim, c), RMSNorm(c.head_dim, c)
 
-    def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None, cache_end=None):
-        """x [B,T,D], positions [B,T]. With kv_cache=(k [B,S,K,H], v) the new keys are written at
-        slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
+    def project(self, x, positions):
+        """x [B,T,D], positions [B,T] -> q [B,T,N,H], k, v [B,T,K,H]: projected, q/k-normed and rotated."""
         c = self.config
         B, T, _ = x.shape
         q = constrain(self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim), ACT_BTNH)
@@ -186,8 +195,14 @@ class Attention(nnx.Module):
             base, scaling = c.rope_base, c.rope_scaling
         else:
             base, scaling = c.rope_local_base or c.rope_base, None
-        q, k = apply_rope(q, positions, base, scaling), apply_rope(k, positions, base, scaling)
+        return apply_rope(q, positions, base, scaling), apply_rope(k, positions, base, scaling), v
 
+    def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None, cache_end=None):
+        """x [B,T,D], positions [B,T]. With kv_cache=(k [B,S,K,H], v) the new keys are written at
+        slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
+        c = self.config
+        B, T, _ = x.shape
+        q, k, v = self.project(x, positions)
         if kv_cache is None:
             k_pos, k_seg = positions, segment_ids
         else:
@@ -198,6 +213,15 @@ class Attention(nnx.Module):
         mask = attention_mask(positions, k_pos, sliding_window=window, q_segment=segment_ids, k_segment=k_seg)
         out = attention(q, k, v, mask, c.attn_scale)
         return self.o_proj(out.reshape(B * T, c.num_heads * c.head_dim)).reshape(B, T, -1), (k, v)
+
+    def weights(self, x, positions, *, segment_ids=None) -> jax.Array:
+        """The attention probabilities [B,N,T,T] this layer gives its input x [B,T,D] (no cache): an attention
+        map computed from a hidden state, with this layer's own projections, norms, RoPE and mask."""
+        q, k, _ = self.project(x, positions)
+        window = None if self.is_global else self.config.sliding_window
+        mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
+                              k_segment=segment_ids)
+        return attention_weights(q, k, mask, self.config.attn_scale)
 
 
 class MLP(nnx.Module):
@@ -225,6 +249,11 @@ class Block(nnx.Module):
         if config.sandwich_norm:  # Gemma 3 also normalises each sublayer's output before the residual add
             self.post_attn_norm, self.post_mlp_norm = RMSNorm(d, config), RMSNorm(d, config)
         self.sandwich = config.sandwich_norm
+
+    def attention_weights(self, x, positions, *, segment_ids=None) -> jax.Array:
+        """[B,N,T,T]: the attention probabilities of this block given its input x [B,T,D], e.g. hidden[i] of
+        `Transformer.features(..., return_hidden=True)` for block i."""
+        return self.attn.weights(self.input_norm(x), positions, segment_ids=segment_ids)
 
     def __call__(self, x, positions, **attn_kwargs):
         # On a mesh the residual stream enters and leaves every block as [B, T, D] with rows split and D whole

@@ -19,6 +19,7 @@ ALGORITHMS = {
     "sft": ("tunix_lite.training.sft", "SFTConfig", "run_sft"),
     "dpo": ("tunix_lite.preference.dpo", "DPOConfig", "run_dpo"),
     "reward_model": ("tunix_lite.preference.reward_model", "RewardModelConfig", "run_reward_model"),
+    "distill": ("tunix_lite.distill.distill", "DistillConfig", "run_distill"),
 }
 
 

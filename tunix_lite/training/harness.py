@@ -260,7 +260,7 @@ class Run:
         self.say("after:  " + _fmt(after))
         model.eval()
         if self.out is not None and export:
-            self._export(model, tokenizer, before or {}, after)
+            self.export(model, tokenizer, before or {}, after)
         return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
 
     def mesh(self) -> jax.sharding.Mesh | None:
@@ -302,7 +302,10 @@ class Run:
                                       keep=config.keep_checkpoints, state_filter=nnx.Any(wrt, nnx.RngState))
         return checkpoints, loggers
 
-    def _export(self, model, tokenizer, before: dict, after: dict) -> None:
+    def export(self, model, tokenizer, before: dict, after: dict) -> None:
+        """Write the trained model (or its adapters) and scores.json into output_dir, each atomically. `train`
+        calls it unless export=False, e.g. when what trained holds more than the model to ship (a distillation
+        student's feature projection)."""
         out = self.out
         mesh = sharding.model_mesh(model)
         if jax.process_count() > 1 and mesh is not None:  # every process joins the gather; process 0 writes
