@@ -17,6 +17,8 @@ from tunix_lite.training.config import SHARED_PARTS, ConfigError, read_yaml
 # algorithm -> (module, config class, driver)
 ALGORITHMS = {
     "sft": ("tunix_lite.training.sft", "SFTConfig", "run_sft"),
+    "grpo": ("tunix_lite.rl.grpo", "GRPOConfig", "run_grpo"),
+    "ppo": ("tunix_lite.rl.ppo", "PPOConfig", "run_ppo"),
 }
 
 
