@@ -11,6 +11,7 @@ import yaml
 from flax import nnx
 
 from tunix_lite.cli import main
+from tunix_lite.data.rollouts import rollout_rows
 from tunix_lite.data.synthetic import make_splits, reward_exact_match, reward_format
 from tunix_lite.loading import ASSETS
 from tunix_lite.models import Transformer
@@ -213,3 +214,19 @@ def test_cli_rl_writes_curves_and_resumes(tmp_path, capsys, algorithm):
     assert main(["train", "--config", str(path)]) == 0  # 4 steps: resumes after the first rollout's two
     assert f"resumed {out} at step 2" in capsys.readouterr().out
     assert [yaml.safe_load(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_max_total_tokens_fits_every_row_to_one_length(tokenizer, records):
+    """Long prompts get fewer new tokens, short ones the whole budget: prompt + completion never exceeds the row."""
+    policy = small_policy(tokenizer, seed=5)
+    prompts = Prompts.build(records, tokenizer, max_tokens=96)
+    engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length)
+    index = np.argsort([len(ids) for ids in prompts.ids])[[0, -1]]  # the shortest and the longest prompt
+    limit = len(prompts.ids[index[1]]) + 4  # the longest prompt gets at most 4 new tokens
+    out = engine.generate([prompts.ids[i] for i in index], max_new_tokens=12, num_samples=2, temperature=1.0,
+                          top_k=None, top_p=None, seed=0, max_total_tokens=limit)
+    assert np.all(out.prompt_lengths + out.lengths <= limit) and np.all(out.lengths[2:] <= 4)
+    stopped = [out.tokens[r, out.lengths[r] - 1] in engine.sampler.stop_ids for r in (0, 1)]
+    assert all(n == 12 or s for n, s in zip(out.lengths[:2], stopped))  # the short prompt: the whole budget
+    rows = rollout_rows(out, limit - 1, padding_id(tokenizer))
+    assert rows["weights"].sum() == out.lengths.sum()

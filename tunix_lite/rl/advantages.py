@@ -26,6 +26,12 @@ def _groups(rewards: jax.Array, group_size: int) -> jax.Array:
     return rewards.reshape(-1, group_size)
 
 
+def _flat(r: jax.Array, advantages: jax.Array) -> jax.Array:
+    """[B, G] -> [B*G], exactly 0 in groups whose rewards are all equal (r - mean can be an ulp off)."""
+    equal = (r.max(axis=1) == r.min(axis=1))[:, None]
+    return jnp.where(equal, 0.0, advantages).reshape(-1)
+
+
 def grpo_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> jax.Array:
     """(r - mean_g) / (std_g + eps) per group: [B*G] -> [B*G].
 
@@ -33,13 +39,13 @@ def grpo_advantages(rewards: jax.Array, group_size: int, eps: float = 1e-6) -> j
     dividing by it weighs prompts the policy nearly always (or never) solves most, a difficulty bias."""
     r = _groups(rewards, group_size)
     centered = r - r.mean(axis=1, keepdims=True)
-    return (centered / (r.std(axis=1, ddof=1, keepdims=True) + eps)).reshape(-1)
+    return _flat(r, centered / (r.std(axis=1, ddof=1, keepdims=True) + eps))
 
 
 def drgrpo_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
     """r - mean_g per group: GRPO without the division by the group's std (Dr. GRPO). [B*G] -> [B*G]."""
     r = _groups(rewards, group_size)
-    return (r - r.mean(axis=1, keepdims=True)).reshape(-1)
+    return _flat(r, r - r.mean(axis=1, keepdims=True))
 
 
 def rloo_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
@@ -49,7 +55,7 @@ def rloo_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
     GRPO's advantage scaled up by a constant."""
     r = _groups(rewards, group_size)
     others = (r.sum(axis=1, keepdims=True) - r) / (group_size - 1)
-    return (r - others).reshape(-1)
+    return _flat(r, r - others)
 
 
 ESTIMATORS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_advantages}
