@@ -78,10 +78,10 @@ class Strategy:
 
 
 def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax.Array,
-              temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array, *,
+              temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array, total_limit: jax.Array, *,
               max_new_tokens: int, num_samples: int, pad: int, strategy: Strategy):
     """prompt/positions [B, P] (left-padded, position -1 = pad) -> tokens, logprobs [B*G, N], lengths [B*G]
-    (row b*G + g is sample g of prompt b)."""
+    (row b*G + g is sample g of prompt b). A row also stops once its prompt plus completion reach total_limit."""
     model: Transformer = nnx.merge(graphdef, state)  # a copy inside the trace: the caller's model is untouched
     model.eval()  # no dropout while sampling, whatever mode the caller's model is in
     G, N = num_samples, max_new_tokens
@@ -124,7 +124,7 @@ def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax
         tokens = tokens.at[:, i].set(token)
         logprobs = logprobs.at[:, i].set(jnp.where(done, 0.0, logp))
         lengths = lengths + ~done
-        done = done | jnp.isin(token, stop_ids)
+        done = done | jnp.isin(token, stop_ids) | (next_pos + i + 1 >= total_limit)  # next_pos: prompt length
         pos = (next_pos + i)[:, None]
         if strategy.use_cache:
             new_logits, step_state = model.decode(token[:, None], pos, step_state)
@@ -234,9 +234,12 @@ class Sampler:
 
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int = 64, *,
                  num_samples: int = 1, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, seed: int = 0, use_cache: bool = True) -> GenerateOutput:
+                 top_p: float | None = None, seed: int = 0, use_cache: bool = True,
+                 max_total_tokens: int | None = None) -> GenerateOutput:
         """Text prompts get a BOS; token-id prompts (e.g. from `format_chat`) are used as given.
-        num_samples=G returns G completions per prompt (rows b*G + g), sampled after one shared prefill."""
+        num_samples=G returns G completions per prompt (rows b*G + g), sampled after one shared prefill.
+        max_total_tokens: also stop each row once its prompt plus completion hold this many tokens, so a batch
+        of prompts of different lengths fits rows of one length (RL's training rows); None: no such limit."""
         if isinstance(prompts, str):
             prompts = [prompts]
         check_sampling(max_new_tokens, num_samples, temperature, top_k, top_p)
@@ -247,6 +250,8 @@ class Sampler:
         if longest + max_new_tokens > limit:
             raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} exceeds the "
                              f"model's context of {limit} tokens; shorten the prompt or generate fewer tokens")
+        if max_total_tokens is not None and max_total_tokens <= longest:
+            raise ValueError(f"max_total_tokens={max_total_tokens} leaves no room after a prompt of {longest} tokens")
         strategy = Strategy(greedy=temperature == 0.0, top_k=top_k, use_top_p=top_p is not None,
                             use_cache=use_cache)
         graphdef, state = nnx.split(self.model)  # the weights as they are now
@@ -260,6 +265,7 @@ class Sampler:
             out_tokens, logprobs, lengths = _generate_jit(
                 graphdef, state, jnp.asarray(rows["tokens"]), jnp.asarray(rows["positions"]), jax.random.key(seed),
                 jnp.float32(temperature or 1.0), jnp.float32(top_p or 1.0), jnp.asarray(self.stop_ids, jnp.int32),
+                jnp.int32(max_total_tokens or np.iinfo(np.int32).max),
                 max_new_tokens=int(max_new_tokens), num_samples=int(num_samples), pad=self.pad_id,
                 strategy=strategy)
         R = len(tokens) * int(num_samples)

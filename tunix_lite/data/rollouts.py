@@ -17,12 +17,14 @@ import numpy as np
 
 def rollout_rows(output, seq_len: int, pad_id: int, **per_token: np.ndarray) -> dict[str, np.ndarray]:
     """{inputs, targets, weights, positions, segment_ids} [R, seq_len] (+ each per_token array [R, seq_len]) from a
-    `GenerateOutput` of R rows. seq_len must hold the longest prompt plus max_new_tokens, minus one."""
+    `GenerateOutput` of R rows. seq_len must hold every row's prompt plus its completion, minus one (the longest
+    prompt plus max_new_tokens always fits)."""
     R, N = output.tokens.shape
-    need = int(output.prompt_lengths.max()) + int(output.lengths.max()) - 1
-    if need > seq_len:
-        raise ValueError(f"rollout_rows: a prompt of {int(output.prompt_lengths.max())} tokens and a completion of "
-                         f"{int(output.lengths.max())} need seq_len >= {need}, got {seq_len}")
+    total = output.prompt_lengths + output.lengths
+    longest = int(np.argmax(total))
+    if total[longest] - 1 > seq_len:
+        raise ValueError(f"rollout_rows: a prompt of {int(output.prompt_lengths[longest])} tokens and its completion "
+                         f"of {int(output.lengths[longest])} need seq_len >= {int(total[longest]) - 1}, got {seq_len}")
     for key, values in per_token.items():
         if np.shape(values) != (R, N):
             raise ValueError(f"rollout_rows: {key} has shape {np.shape(values)}, expected the completions' {(R, N)}")

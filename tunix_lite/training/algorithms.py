@@ -20,6 +20,8 @@ ALGORITHMS = {
     "dpo": ("tunix_lite.preference.dpo", "DPOConfig", "run_dpo"),
     "reward_model": ("tunix_lite.preference.reward_model", "RewardModelConfig", "run_reward_model"),
     "distill": ("tunix_lite.distill.distill", "DistillConfig", "run_distill"),
+    "grpo": ("tunix_lite.rl.grpo", "GRPOConfig", "run_grpo"),
+    "ppo": ("tunix_lite.rl.ppo", "PPOConfig", "run_ppo"),
 }
 
 

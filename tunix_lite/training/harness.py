@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,9 +217,12 @@ class Run:
 
     def train(self, model: nnx.Module, tokenizer, loss_fn: LossFn, batches: Callable[[int], Iterable[dict]],
               eval_fn: Callable[[nnx.Module], dict] | None, *, frozen=None, wrt=None, report: str = "",
-              export: bool = True, desc: str | None = None) -> RunResult:
+              export: bool = True, desc: str | None = None, host_metrics: Callable[[int], dict] | None = None,
+              show: Sequence[str] = ("loss",), export_model: nnx.Module | None = None) -> RunResult:
         """Train `model` for config.steps steps on batches(start_step), evaluating before, every eval_every
-        steps and after; with an output_dir, log, checkpoint, resume and export. Returns the RunResult."""
+        steps and after; with an output_dir, log, checkpoint, resume and export. Returns the RunResult.
+        host_metrics and show go to Trainer.fit; export_model: what to export when it is not `model` itself
+        (PPO trains the policy and its value head as one module and exports the policy)."""
         config = self.config
         wrt = wrt if wrt is not None else trained_variables(config)
         tx = adamw_cosine(config.learning_rate, config.steps, warmup_steps=config.warmup_steps,
@@ -248,7 +251,7 @@ class Run:
             trainer.fit(batches(trainer.steps_done), config.steps - trainer.steps_done, log_every=config.log_every,
                         desc=desc or config.algorithm, eval_fn=evaluate if eval_fn else None,
                         eval_every=config.eval_every, checkpoints=checkpoints, loggers=loggers,
-                        meta=lambda: {"before": before})
+                        meta=lambda: {"before": before}, host_metrics=host_metrics, show=show)
         finally:
             if checkpoints is not None:
                 checkpoints.close()
@@ -260,7 +263,7 @@ class Run:
         self.say("after:  " + _fmt(after))
         model.eval()
         if self.out is not None and export:
-            self.export(model, tokenizer, before or {}, after)
+            self.export(export_model if export_model is not None else model, tokenizer, before or {}, after)
         return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
 
     def mesh(self) -> jax.sharding.Mesh | None:

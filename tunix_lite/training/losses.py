@@ -84,15 +84,18 @@ def _chunked_backward(chunk, residuals, g):
 chunked_token_log_probs.defvjp(lambda f, h, t, c: _chunked_forward(f, h, t, c), _chunked_backward)
 
 
-def sequence_log_probs(model, batch: dict) -> jax.Array:
+def sequence_log_probs(model, batch: dict, features: jax.Array | None = None) -> jax.Array:
     """log p(targets[b, t] | inputs[b, :t+1]) [B, T] (float32) for a batch {inputs, targets, positions[,
     segment_ids]} [B, T]. Padding positions get a value too: mask them with the batch's weights.
 
     When the model's `logits_chunk` is set (`set_training_options(model, logits_chunk=...)`) and its output
     projection is a plain matrix, the vocabulary projection runs `logits_chunk` tokens at a time
     (`chunked_token_log_probs`); otherwise through the full [B, T, V] logits.
+    features: the model's features [B, T, D] for the batch when the caller has them already (a value head reads
+    the same ones), so the network runs once.
     """
-    features = model.features(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
+    if features is None:
+        features = model.features(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
     return feature_log_probs(model, features, batch["targets"])
 
 

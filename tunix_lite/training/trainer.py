@@ -32,7 +32,7 @@ The conventions every loss follows:
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -283,18 +283,28 @@ class Trainer:
     def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
             checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = (),
-            meta: Callable[[], dict] | None = None) -> list[dict]:
+            meta: Callable[[], dict] | None = None, host_metrics: Callable[[int], dict] | None = None,
+            show: Sequence[str] = ("loss",)) -> list[dict]:
         """Run `steps` steps (fewer if `batches` runs out); returns the history.
 
         eval_fn(model) -> {name: number} runs every `eval_every` steps (0: never in between) and always after the
         last one; its results join that step's history entry as "eval_<name>". `checkpoints` saves every
         `checkpoints.every` steps and after the last one (with `meta()`'s dict beside the history). Each of
-        `loggers` gets every step's metrics when they reach the host (see metrics_log).
+        `loggers` gets every step's metrics when they reach the host (see metrics_log). host_metrics(step) ->
+        {name: number}: values the host knew when it made that step's batch (an RL rollout's rewards and lengths),
+        joined to the step's entry as they are. `show`: the entry's keys on the progress bar.
         """
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
         bar = tqdm(total=steps, desc=desc, disable=not sharding.is_main_process())
         last = self.steps_done + steps
+
+        def arrived(new: list[dict]) -> None:
+            for entry in new:
+                entry.update(host_metrics(entry["step"]) if host_metrics else {})
+                for log in loggers:
+                    log(entry)
+
         try:
             for _, batch in zip(range(steps), batches):
                 step = self.step(batch)["step"]
@@ -304,16 +314,12 @@ class Trainer:
                     new = self.flush()
                     if evaluate_now:
                         new[-1].update({f"eval_{k}": float(v) for k, v in eval_fn(self.model).items()})
-                    for entry in new:
-                        for log in loggers:
-                            log(entry)
+                    arrived(new)
                     if save_now:
                         self.save(checkpoints, meta=meta)
                     bar.update(len(new))
-                    bar.set_postfix(loss=f"{new[-1]['loss']:.3f}")
-            for entry in self.flush():  # `batches` ran out before `steps`
-                for log in loggers:
-                    log(entry)
+                    bar.set_postfix({k: f"{new[-1][k]:.3f}" for k in show if k in new[-1]})
+            arrived(self.flush())  # `batches` ran out before `steps`
         finally:
             bar.close()
         if checkpoints is not None and self._history:

@@ -1,0 +1,372 @@
+"""Graded tests for phase 6 (solutions/06_rl_exercises.ipynb): the arithmetic of policy-gradient RL, one step past
+the lesson each time: ragged groups, dual clipping, an off-policy KL estimate, GAE over several episodes per row,
+and loss aggregation over packed rows.
+
+References are numpy in float64 (or a closed form); the learner's float32 results must match to ~1e-5 relative.
+Shapes: R completions, B rows, T positions.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tunix_lite.course.graded import graded
+
+__all__ = [
+    "test_group_advantages_match_numpy", "test_group_advantages_zero_mean_and_equal_groups",
+    "test_group_advantages_order_free_and_jit", "test_dual_clip_matches_numpy",
+    "test_dual_clip_gradient_vanishes_past_every_bound", "test_kl_off_policy_is_k3_on_policy",
+    "test_kl_off_policy_expectation_is_the_exact_kl", "test_gae_with_dones_matches_numpy",
+    "test_gae_with_dones_keeps_episodes_apart", "test_gae_with_dones_limits",
+    "test_packed_aggregate_matches_numpy", "test_packed_aggregate_equals_the_unpacked_rows",
+    "test_packed_aggregate_counts_make_micro_batches_exact",
+]
+
+HINTS = {
+    "group_advantages": "jax.ops.segment_sum(x, group_ids, num_segments=num_groups) sums per group; the group's "
+                        "size n, mean and (n - 1)-normalised variance follow, and indexing with group_ids brings "
+                        "them back to each row. rloo: (sum - r) / (n - 1) is the mean of the others. Guard n = 1 "
+                        "(advantage 0) with jnp.where, never a Python if on traced values.",
+    "dual_clip_surrogate": "Start from the PPO loss -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A). For A < 0 "
+                           "the objective is additionally bounded below by clip_c * A, so the loss is "
+                           "min(that loss, -clip_c * A) where A < 0 (jnp.where on the sign of A). Broadcast A [B] "
+                           "to [B, 1].",
+    "kl_k3_off_policy": "With d = ref_logp - logp, k3 = exp(d) - d - 1. The tokens came from pi_old, so weight each "
+                        "estimate by the importance ratio pi / pi_old = exp(logp - old_logp).",
+    "gae_with_dones": "Walk t from T-1 down to 0 with a carried (next value, next advantage) per row. delta = r_t + "
+                      "gamma * V_{t+1} * (1 - done_t) - V_t and A_t = delta + gamma * lam * (1 - done_t) * A_{t+1}: "
+                      "a done cuts both the bootstrap and the flow of advantage. returns = A + V.",
+    "packed_aggregate": "Flatten, drop padding (id < 0: send it to an extra segment or weight it 0), then "
+                        "jax.ops.segment_sum gives each sequence's token sum and length. token-mean: total / tokens; "
+                        "the sequence modes: mean over the sequences present of sum / length, or of sum / "
+                        "max_tokens. count: tokens, or sequences present.",
+}
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _f32(a) -> jnp.ndarray:
+    return jnp.asarray(np.asarray(a, np.float32))
+
+
+# ----------------------------------------------------------------------------- 1. group advantages, ragged
+
+
+def _ragged_groups(rng, num_groups=5, lo=1, hi=6):
+    """Rewards [R] and group ids [R] for groups of random sizes in shuffled order; one group all equal."""
+    sizes = rng.integers(lo, hi, size=num_groups)
+    ids = np.repeat(np.arange(num_groups), sizes)
+    rewards = rng.integers(0, 3, size=ids.size).astype(np.float64) + rng.normal(size=ids.size) * 0.1
+    rewards[ids == 0] = 0.5  # an all-equal group
+    order = rng.permutation(ids.size)
+    return rewards[order], ids[order], num_groups
+
+
+def _advantages_ref(rewards, ids, num_groups, kind):
+    out = np.zeros_like(rewards)
+    for g in range(num_groups):
+        r = rewards[ids == g]
+        n = r.size
+        if n < 2:
+            continue
+        if kind == "grpo":
+            a = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+        elif kind == "drgrpo":
+            a = r - r.mean()
+        else:
+            a = r - (r.sum() - r) / (n - 1)
+        out[ids == g] = a
+    return out
+
+
+def _advantages(impl, rewards, ids, num_groups, kind):
+    out = impl.group_advantages(_f32(rewards), jnp.asarray(ids, jnp.int32), num_groups, kind)
+    return np.asarray(out, np.float64)
+
+
+@graded("group_advantages")
+def test_group_advantages_match_numpy(impl):
+    """matches a numpy reference for grpo (sample std), drgrpo and rloo on groups of sizes 1-5 in any order"""
+    rng = _rng(6000)
+    for _ in range(3):
+        rewards, ids, num_groups = _ragged_groups(rng)
+        for kind in ("grpo", "drgrpo", "rloo"):
+            np.testing.assert_allclose(_advantages(impl, rewards, ids, num_groups, kind),
+                                       _advantages_ref(rewards, ids, num_groups, kind), rtol=1e-4, atol=1e-5,
+                                       err_msg=f"kind={kind!r}")
+
+
+@graded("group_advantages")
+def test_group_advantages_zero_mean_and_equal_groups(impl):
+    """every group's advantages sum to 0; a group with equal rewards, or of one completion, gets exactly 0"""
+    rng = _rng(6010)
+    rewards, ids, num_groups = _ragged_groups(rng, lo=1, hi=5)
+    ids = np.where(np.arange(ids.size) == ids.size - 1, num_groups, ids)  # the last row: a group of its own
+    for kind in ("grpo", "drgrpo", "rloo"):
+        a = _advantages(impl, rewards, ids, num_groups + 1, kind)
+        for g in range(num_groups + 1):
+            assert abs(a[ids == g].sum()) < 1e-4, f"{kind}: group {g}'s advantages sum to {a[ids == g].sum()}"
+        assert np.all(a[ids == 0] == 0.0), f"{kind}: equal rewards must give exactly 0, got {a[ids == 0]}"
+        assert a[-1] == 0.0, f"{kind}: a group of one completion has no baseline to compare with: expected 0"
+
+
+@graded("group_advantages")
+def test_group_advantages_order_free_and_jit(impl):
+    """shuffling the rows shuffles the advantages the same way, and the function runs under jax.jit"""
+    rng = _rng(6020)
+    rewards, ids, num_groups = _ragged_groups(rng)
+    perm = rng.permutation(ids.size)
+    fn = jax.jit(impl.group_advantages, static_argnums=(2, 3))
+    for kind in ("grpo", "rloo"):
+        a = np.asarray(fn(_f32(rewards), jnp.asarray(ids), num_groups, kind))
+        b = np.asarray(fn(_f32(rewards[perm]), jnp.asarray(ids[perm]), num_groups, kind))
+        np.testing.assert_allclose(b, a[perm], rtol=1e-5, atol=1e-6, err_msg=f"{kind}: rows are not order-free")
+
+
+# ----------------------------------------------------------------------------- 2. dual clip
+
+
+def _dual_clip_ref(logp, old, adv, eps_low, eps_high, c):
+    ratio = np.exp(np.asarray(logp, np.float64) - old)
+    a = np.asarray(adv, np.float64)[:, None]
+    loss = -np.minimum(ratio * a, np.clip(ratio, 1 - eps_low, 1 + eps_high) * a)
+    return np.where(a < 0, np.minimum(loss, -c * a), loss)
+
+
+def _dual_clip_inputs(rng, B=5, T=6):
+    old = rng.normal(size=(B, T)) - 2.0
+    logp = old + rng.normal(size=(B, T)) * 1.2  # ratios from ~0.1 to ~10: every region is visited
+    adv = rng.normal(size=B)
+    adv[0], adv[1] = 0.0, -2.0
+    return logp, old, adv
+
+
+@graded("dual_clip_surrogate")
+def test_dual_clip_matches_numpy(impl):
+    """matches a numpy reference per token, for several clip settings"""
+    rng = _rng(6100)
+    for eps_low, eps_high, c in [(0.2, 0.2, 3.0), (0.2, 0.28, 2.0), (0.1, 0.3, 5.0)]:
+        logp, old, adv = _dual_clip_inputs(rng)
+        got = impl.dual_clip_surrogate(_f32(logp), _f32(old), _f32(adv), eps_low=eps_low, eps_high=eps_high,
+                                       clip_c=c)
+        assert np.shape(got) == logp.shape, f"expected a per-token loss of shape {logp.shape}, got {np.shape(got)}"
+        np.testing.assert_allclose(np.asarray(got), _dual_clip_ref(logp, old, adv, eps_low, eps_high, c),
+                                   rtol=1e-5, atol=1e-6, err_msg=f"eps_low={eps_low}, eps_high={eps_high}, c={c}")
+
+
+@graded("dual_clip_surrogate")
+def test_dual_clip_gradient_vanishes_past_every_bound(impl):
+    """d loss / d logp is 0 past 1 + eps_high (A > 0), below 1 - eps_low (A < 0) and past clip_c (A < 0), and
+    -A * rho everywhere else"""
+    ratios = np.array([0.5, 0.85, 1.1, 1.5, 2.5, 4.0])
+    adv = np.array([1.0, -1.0])
+    logp = np.log(np.tile(ratios, (2, 1)))
+    grad = jax.grad(lambda lp: jnp.sum(impl.dual_clip_surrogate(lp, jnp.zeros((2, 6)), _f32(adv), eps_low=0.2,
+                                                                 eps_high=0.2, clip_c=3.0)))(_f32(logp))
+    grad = np.asarray(grad)
+    want_pos = np.where(ratios > 1.2, 0.0, -ratios)  # A = +1: the clip at 1.2 stops the push
+    want_neg = np.where((ratios < 0.8) | (ratios > 3.0), 0.0, ratios)  # A = -1: stopped below 0.8 and past c = 3
+    np.testing.assert_allclose(grad[0], want_pos, rtol=1e-5, atol=1e-7, err_msg="A > 0")
+    np.testing.assert_allclose(grad[1], want_neg, rtol=1e-5, atol=1e-7, err_msg="A < 0")
+
+
+# ----------------------------------------------------------------------------- 3. off-policy k3
+
+
+@graded("kl_k3_off_policy")
+def test_kl_off_policy_is_k3_on_policy(impl):
+    """with old_logp == logp it is k3 = exp(d) - d - 1 exactly; it is never negative; 0 where pi = pi_ref"""
+    rng = _rng(6200)
+    logp, ref = rng.normal(size=(3, 7)) - 2, rng.normal(size=(3, 7)) - 2
+    d = ref - logp
+    got = np.asarray(impl.kl_k3_off_policy(_f32(logp), _f32(ref), _f32(logp)))
+    np.testing.assert_allclose(got, np.exp(d) - d - 1, rtol=1e-5, atol=1e-6)
+    off = np.asarray(impl.kl_k3_off_policy(_f32(logp), _f32(ref), _f32(logp + rng.normal(size=(3, 7)))))
+    assert off.min() >= 0, f"an importance-weighted k3 is never negative, got {off.min()}"
+    same = np.asarray(impl.kl_k3_off_policy(_f32(logp), _f32(logp), _f32(ref)))
+    assert np.all(same == 0.0), "pi == pi_ref must give exactly 0"
+
+
+@graded("kl_k3_off_policy")
+def test_kl_off_policy_expectation_is_the_exact_kl(impl):
+    """averaged over tokens drawn from pi_old (exact expectation over a small vocabulary) it is KL(pi || pi_ref),
+    and so is its gradient with respect to pi's logits"""
+    rng = _rng(6210)
+    V = 6
+    z, ref_z, old_z = (rng.normal(size=V) for _ in range(3))
+    ref, old = jax.nn.log_softmax(_f32(ref_z)), jax.nn.log_softmax(_f32(old_z))
+
+    def expected(z):
+        logp = jax.nn.log_softmax(z)
+        return jnp.sum(jnp.exp(old) * impl.kl_k3_off_policy(logp, ref, old))
+
+    def exact(z):
+        logp = jax.nn.log_softmax(z)
+        return jnp.sum(jnp.exp(logp) * (logp - ref))
+
+    np.testing.assert_allclose(float(expected(_f32(z))), float(exact(_f32(z))), rtol=1e-5,
+                               err_msg="E_old[estimate] must equal KL(pi || pi_ref)")
+    np.testing.assert_allclose(np.asarray(jax.grad(expected)(_f32(z))), np.asarray(jax.grad(exact)(_f32(z))),
+                               rtol=1e-4, atol=1e-6, err_msg="and its gradient the KL's gradient")
+
+
+# ----------------------------------------------------------------------------- 4. GAE with episode ends
+
+
+def _gae_ref(rewards, values, dones, gamma, lam):
+    B, T = rewards.shape
+    adv = np.zeros((B, T))
+    for b in range(B):
+        next_value = next_adv = 0.0
+        for t in reversed(range(T)):
+            keep = 1.0 - dones[b, t]
+            delta = rewards[b, t] + gamma * next_value * keep - values[b, t]
+            adv[b, t] = delta + gamma * lam * keep * next_adv
+            next_value, next_adv = values[b, t], adv[b, t]
+    return adv, adv + values
+
+
+def _episodes(rng, B=3, T=12):
+    rewards = rng.normal(size=(B, T))
+    values = rng.normal(size=(B, T))
+    dones = (rng.random(size=(B, T)) < 0.25).astype(np.float64)
+    dones[:, -1] = 1.0
+    return rewards, values, dones
+
+
+def _gae(impl, rewards, values, dones, gamma, lam):
+    adv, ret = impl.gae_with_dones(_f32(rewards), _f32(values), _f32(dones), gamma, lam)
+    return np.asarray(adv, np.float64), np.asarray(ret, np.float64)
+
+
+@graded("gae_with_dones")
+def test_gae_with_dones_matches_numpy(impl):
+    """advantages and returns match a numpy loop for rows holding several episodes"""
+    rng = _rng(6300)
+    for gamma, lam in [(0.99, 0.95), (1.0, 0.9), (0.9, 0.5)]:
+        rewards, values, dones = _episodes(rng)
+        adv, ret = _gae(impl, rewards, values, dones, gamma, lam)
+        want_adv, want_ret = _gae_ref(rewards, values, dones, gamma, lam)
+        np.testing.assert_allclose(adv, want_adv, rtol=1e-4, atol=1e-5, err_msg=f"advantages, gamma={gamma}, lam={lam}")
+        np.testing.assert_allclose(ret, want_ret, rtol=1e-4, atol=1e-5, err_msg="returns = advantages + values")
+
+
+@graded("gae_with_dones")
+def test_gae_with_dones_keeps_episodes_apart(impl):
+    """changing the rewards or values of a later episode leaves an earlier episode's advantages unchanged"""
+    rng = _rng(6310)
+    rewards, values, dones = _episodes(rng, B=1, T=10)
+    dones[:] = 0.0
+    dones[0, 4] = dones[0, 9] = 1.0  # episodes at t = 0..4 and 5..9
+    adv, _ = _gae(impl, rewards, values, dones, 0.99, 0.95)
+    rewards2, values2 = rewards.copy(), values.copy()
+    rewards2[0, 5:] += 10.0
+    values2[0, 5:] -= 3.0
+    adv2, _ = _gae(impl, rewards2, values2, dones, 0.99, 0.95)
+    np.testing.assert_allclose(adv2[0, :5], adv[0, :5], rtol=1e-6, atol=1e-6,
+                               err_msg="the first episode's advantages changed when only the second one did")
+    assert not np.allclose(adv2[0, 5:], adv[0, 5:]), "the second episode's advantages should change"
+
+
+@graded("gae_with_dones")
+def test_gae_with_dones_limits(impl):
+    """lam = 1 gives the discounted return to the episode's end minus V; lam = 0 the one-step TD error"""
+    rng = _rng(6320)
+    rewards, values, dones = _episodes(rng)
+    gamma = 0.9
+    adv1, _ = _gae(impl, rewards, values, dones, gamma, 1.0)
+    returns = np.zeros_like(rewards)
+    for b in range(rewards.shape[0]):
+        running = 0.0
+        for t in reversed(range(rewards.shape[1])):
+            running = rewards[b, t] + gamma * running * (1.0 - dones[b, t])
+            returns[b, t] = running
+    np.testing.assert_allclose(adv1, returns - values, rtol=1e-4, atol=1e-5, err_msg="lam = 1")
+    adv0, _ = _gae(impl, rewards, values, dones, gamma, 0.0)
+    next_values = np.concatenate([values[:, 1:], np.zeros((values.shape[0], 1))], axis=1) * (1.0 - dones)
+    np.testing.assert_allclose(adv0, rewards + gamma * next_values - values, rtol=1e-4, atol=1e-5, err_msg="lam = 0")
+
+
+# ----------------------------------------------------------------------------- 5. aggregation over packed rows
+
+MODES = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm")
+
+
+def _packed(rng, B=4, T=10, num_sequences=9):
+    """per_token [B, T] and sequence ids [B, T] (-1 padding): each row holds a few sequences back to back."""
+    ids = np.full((B, T), -1)
+    seq = 0
+    for b in range(B):
+        t = 0
+        while seq < num_sequences and t < T - 1 and rng.random() < 0.85:
+            n = int(rng.integers(1, 4))
+            ids[b, t:t + n] = seq
+            seq, t = seq + 1, t + n
+    return rng.normal(size=(B, T)), ids, num_sequences
+
+
+def _aggregate_ref(per_token, ids, max_tokens, mode):
+    keep = ids >= 0
+    sequences = sorted(set(ids[keep].tolist()))
+    if mode == "token-mean":
+        return per_token[keep].sum() / max(keep.sum(), 1), float(keep.sum())
+    means = [per_token[ids == s].sum() / ((ids == s).sum() if mode == "sequence-mean-token-mean" else max_tokens)
+             for s in sequences]
+    return (float(np.mean(means)) if means else 0.0), float(len(sequences))
+
+
+def _aggregate(impl, per_token, ids, num_sequences, mode, max_tokens=12):
+    out = impl.packed_aggregate(_f32(per_token), jnp.asarray(ids, jnp.int32), num_sequences, mode,
+                                max_tokens=max_tokens)
+    assert isinstance(out, tuple) and len(out) == 2, "return a tuple (loss, count)"
+    return float(out[0]), float(out[1])
+
+
+@graded("packed_aggregate")
+def test_packed_aggregate_matches_numpy(impl):
+    """(loss, count) match a numpy reference in each mode, padding (id -1) ignored, an empty batch gives (0, 0)"""
+    rng = _rng(6400)
+    for _ in range(3):
+        per_token, ids, num_sequences = _packed(rng)
+        per_token[ids < 0] = 1e3  # padding values must not leak in
+        for mode in MODES:
+            loss, count = _aggregate(impl, per_token, ids, num_sequences, mode)
+            want_loss, want_count = _aggregate_ref(per_token, ids, 12, mode)
+            assert count == want_count, f"{mode}: count {count}, expected {want_count}"
+            np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-6, err_msg=mode)
+    for mode in MODES:
+        assert _aggregate(impl, per_token, np.full_like(ids, -1), num_sequences, mode) == (0.0, 0.0), mode
+
+
+@graded("packed_aggregate")
+def test_packed_aggregate_equals_the_unpacked_rows(impl):
+    """packing sequences into shared rows does not change the loss: the same sequences one per row give it too"""
+    rng = _rng(6410)
+    per_token, ids, num_sequences = _packed(rng)
+    present = sorted(set(ids[ids >= 0].tolist()))
+    longest = max(int((ids == s).sum()) for s in present)
+    rows = np.zeros((len(present), longest))
+    row_ids = np.full((len(present), longest), -1)
+    for r, s in enumerate(present):
+        values = per_token[ids == s]
+        rows[r, :values.size], row_ids[r, :values.size] = values, r
+    for mode in MODES:
+        packed = _aggregate(impl, per_token, ids, num_sequences, mode)
+        unpacked = _aggregate(impl, rows, row_ids, len(present), mode)
+        np.testing.assert_allclose(packed, unpacked, rtol=1e-5, err_msg=mode)
+
+
+@graded("packed_aggregate")
+def test_packed_aggregate_counts_make_micro_batches_exact(impl):
+    """splitting the rows into two micro-batches and weighting each loss by its count gives the whole batch's loss"""
+    rng = _rng(6420)
+    per_token, ids, num_sequences = _packed(rng, B=6)
+    for mode in MODES:
+        whole, _ = _aggregate(impl, per_token, ids, num_sequences, mode)
+        parts = [_aggregate(impl, per_token[s], ids[s], num_sequences, mode) for s in (slice(0, 2), slice(2, 6))]
+        combined = sum(loss * count for loss, count in parts) / sum(count for _, count in parts)
+        np.testing.assert_allclose(combined, whole, rtol=1e-5, err_msg=f"{mode}: count-weighted halves")

@@ -1,0 +1,392 @@
+"""Prompts in; groups of completions, scored, out; then the fixed-length rows a train step reads.
+
+    prompts = Prompts.build(records, tokenizer, max_tokens=64)
+    groups = sample_groups(engine, prompts, [3, 14, 15], rewards, group_size=8, max_new_tokens=64, row_len=128)
+    groups.rewards, groups.parts["exact_match"], groups.texts           # [R], [R], R strings (R = 3 * 8)
+    rows = groups.rows(128, pad_id)                                      # {inputs, targets, weights, ...} [R, 128]
+
+Every rollout pads its prompts to the same length and asks for the same number of them, so the rollout program
+and the train step each compile once per run, whatever the prompts' lengths (`tunix_lite.data.rollouts`).
+Shared by GRPO and PPO, with the config part both use (`RLOptions`) and the pieces of their drivers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+from flax import nnx
+
+from tunix_lite.chat import format_chat
+from tunix_lite.data.rollouts import rollout_rows
+from tunix_lite.rl.engine import RolloutEngine
+from tunix_lite.rl.rewards import Rewards, overlong_penalty, reward_set
+from tunix_lite.sampler import GenerateOutput
+from tunix_lite.training.config import ConfigError, option
+from tunix_lite.training.losses import sequence_log_probs
+
+
+@dataclasses.dataclass
+class RLOptions:
+    """Rollouts, rewards, the clipped update and the KL anchor: what GRPO and PPO share."""
+
+    group_size: int = option(8, "G: completions sampled per prompt", ge=1)
+    max_new_tokens: int = option(64, "completion budget in tokens", ge=1)
+    max_prompt_tokens: int | None = option(None, "longest prompt allowed; a completion is cut where its row of "
+                                                 "seq_len tokens ends (null: seq_len + 1 - max_new_tokens, no cuts)",
+                                           ge=1)
+    temperature: float = option(1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
+    top_k: int | None = option(None, "sample from the k most likely tokens only (null: all)", ge=1)
+    top_p: float | None = option(None, "nucleus sampling mass (null: off)", gt=0, le=1)
+    rewards: list[str] = option(["exact_match", "format"], "reward functions by name (tunix_lite.rl.rewards)")
+    reward_weights: list[float] | None = option(None, "one weight per reward (null: 1.0 each)")
+    overlong_buffer: int = option(0, "DAPO's soft overlong punishment over the last N tokens of the budget, added "
+                                     "as reward 'overlong' (0: off)", ge=0)
+    inner_iterations: int = option(1, "mu: optimizer passes over each rollout batch", ge=1)
+    mini_batches: int = option(1, "optimizer steps per pass: each rollout batch is split into this many", ge=1)
+    epsilon_low: float = option(0.2, "clip the ratio below at 1 - epsilon_low", gt=0, lt=1)
+    epsilon_high: float = option(0.2, "clip the ratio above at 1 + epsilon_high (DAPO's clip-higher: 0.28)", gt=0)
+    beta: float = option(0.04, "KL penalty to the reference policy (0: no reference model at all)", ge=0)
+    kl_estimator: Literal["k1", "k3"] = option("k3", "per-token KL estimator (tunix_lite.rl.losses)")
+    n_accuracy: int = option(64, "validation prompts answered greedily for exact match (0: none)", ge=0,
+                             resume="free")
+    n_test: int = option(0, "held-out test-split prompts answered greedily before and after training (0: none)",
+                         ge=0, resume="free")
+
+    @property
+    def steps_per_rollout(self) -> int:
+        return self.inner_iterations * self.mini_batches
+
+    def validate_rl(self) -> None:
+        rows = self.batch_size * self.group_size
+        if rows % (self.mini_batches * self.micro_batches):
+            raise ConfigError(f"mini_batches: {self.batch_size} prompts x {self.group_size} completions = {rows} "
+                              f"rows cannot be split into {self.mini_batches} mini-batches of "
+                              f"{self.micro_batches} micro-batches")
+        if self.checkpoint_every % self.steps_per_rollout:
+            raise ConfigError(f"checkpoint_every: {self.checkpoint_every} is not a multiple of the "
+                              f"{self.steps_per_rollout} optimizer steps each rollout feeds (inner_iterations x "
+                              "mini_batches), so a resumed run could not continue exactly")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
+            raise ConfigError(f"reward_weights: {len(self.reward_weights)} weights for {len(self.rewards)} rewards "
+                              f"({', '.join(self.rewards)})")
+        if self.overlong_buffer > self.max_new_tokens:
+            raise ConfigError(f"overlong_buffer: {self.overlong_buffer} is longer than max_new_tokens="
+                              f"{self.max_new_tokens}")
+        if self.prompt_budget < 1 or self.prompt_budget >= self.seq_len:
+            raise ConfigError(f"seq_len: rows of {self.seq_len} tokens leave no room for both a prompt of up to "
+                              f"{self.prompt_budget} tokens and a completion (max_new_tokens={self.max_new_tokens}); "
+                              "raise seq_len or set max_prompt_tokens")
+
+    @property
+    def prompt_budget(self) -> int:
+        """The longest prompt a row holds."""
+        return self.max_prompt_tokens or self.seq_len + 1 - self.max_new_tokens
+
+    def reward_functions(self) -> Rewards:
+        try:
+            rewards = reward_set(self.rewards, self.reward_weights)
+        except ValueError as e:
+            raise ConfigError(f"rewards: {e}") from None
+        if self.overlong_buffer:
+            return Rewards(rewards.functions | {"overlong": overlong_penalty(self.max_new_tokens, self.overlong_buffer)},
+                           list(rewards.weights.values()) + [1.0])
+        return rewards
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+@dataclasses.dataclass
+class Prompts:
+    """The RL prompts: dataset records (whose columns the rewards read) and their chat-formatted token ids, all
+    left-padded to `length` tokens when sampled."""
+
+    records: list[dict]
+    ids: list[list[int]]
+    length: int
+
+    @classmethod
+    def build(cls, records: Sequence[Mapping], tokenizer, *, max_tokens: int, template: str | None = None,
+              drop_long: bool = False, multiple: int = 8) -> "Prompts":
+        """Format each record's "prompt" as a user turn. A prompt longer than `max_tokens` raises (naming the
+        record) unless `drop_long`. `length` is the longest prompt rounded up to `multiple`, capped at max_tokens."""
+        records = [dict(r) for r in records]
+        if not records or "prompt" not in records[0]:
+            raise ValueError(f"RL prompts need records with a 'prompt' column, got {sorted(records[0]) if records else 'none'}")
+        kept, ids = [], []
+        for i, record in enumerate(records):
+            tokens = format_chat(tokenizer, [{"role": "user", "content": record["prompt"]}], template=template)
+            if len(tokens) > max_tokens:
+                if drop_long:
+                    continue
+                raise ValueError(f"prompt {i} ({record['prompt'][:60]!r}...) is {len(tokens)} tokens; at most "
+                                 f"{max_tokens} fit before the completion budget. Raise seq_len, lower "
+                                 "max_new_tokens, or set truncation: drop")
+            kept.append(record)
+            ids.append(tokens)
+        if not kept:
+            raise ValueError(f"no prompt fits in {max_tokens} tokens")
+        longest = max(map(len, ids))
+        return cls(kept, ids, min(-(-longest // multiple) * multiple, max_tokens))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @classmethod
+    def from_config(cls, config, records, tokenizer) -> "Prompts":
+        return cls.build(records, tokenizer, max_tokens=config.prompt_budget, template=config.template,
+                         drop_long=config.truncation == "drop")
+
+
+# ----------------------------------------------------------------------------- scored groups
+
+
+@dataclasses.dataclass
+class Groups:
+    """B prompts x G completions with their rewards; row b*G + g is completion g of prompt b."""
+
+    output: GenerateOutput
+    records: list[dict]  # the prompt's record, once per row
+    rewards: np.ndarray  # [R] weighted total
+    parts: dict[str, np.ndarray]  # each reward function's [R]
+    group_size: int
+    row_len: int  # prompt + completion <= row_len + 1: the training rows' length
+    seconds: float = 0.0  # spent sampling
+
+    @property
+    def texts(self) -> list[str]:
+        return self.output.texts
+
+    def __len__(self) -> int:
+        return len(self.rewards) // self.group_size
+
+    def informative(self) -> np.ndarray:
+        """[B] bool: groups whose rewards are not all equal (the others give every estimator zero advantage)."""
+        r = self.rewards.reshape(-1, self.group_size)
+        return r.max(axis=1) > r.min(axis=1)
+
+    def select(self, groups: Sequence[int]) -> "Groups":
+        rows = (np.asarray(groups, int)[:, None] * self.group_size + np.arange(self.group_size)).reshape(-1)
+        out = self.output
+        output = dataclasses.replace(out, texts=[out.texts[r] for r in rows], tokens=out.tokens[rows],
+                                     logprobs=out.logprobs[rows], lengths=out.lengths[rows],
+                                     prompt_tokens=out.prompt_tokens[rows], prompt_lengths=out.prompt_lengths[rows])
+        return Groups(output, [self.records[r] for r in rows], self.rewards[rows],
+                      {k: v[rows] for k, v in self.parts.items()}, self.group_size, self.row_len, self.seconds)
+
+    @staticmethod
+    def concat(parts: Sequence["Groups"]) -> "Groups":
+        first = parts[0]
+        outs = [p.output for p in parts]
+        output = dataclasses.replace(
+            first.output, texts=[t for o in outs for t in o.texts],
+            **{f: np.concatenate([getattr(o, f) for o in outs])
+               for f in ("tokens", "logprobs", "lengths", "prompt_tokens", "prompt_lengths")})
+        return Groups(output, [r for p in parts for r in p.records], np.concatenate([p.rewards for p in parts]),
+                      {k: np.concatenate([p.parts[k] for p in parts]) for k in first.parts}, first.group_size,
+                      first.row_len, sum(p.seconds for p in parts))
+
+    def rows(self, pad_id: int, **per_token: np.ndarray) -> dict[str, np.ndarray]:
+        """Training rows of row_len tokens (`tunix_lite.data.rollouts.rollout_rows`)."""
+        return rollout_rows(self.output, self.row_len, pad_id, **per_token)
+
+    def stats(self, max_new_tokens: int) -> dict[str, float]:
+        """What a rollout looked like, for the logs: mean rewards, completion length, how many completions were
+        cut (by the budget or the row's end), how many groups carried no signal, and sampling speed."""
+        out = self.output
+        cut = (out.lengths >= max_new_tokens) | (out.prompt_lengths + out.lengths > self.row_len)
+        stats = {"reward": float(self.rewards.mean())}
+        stats |= {f"reward/{k}": float(v.mean()) for k, v in self.parts.items()}
+        stats |= {"length": float(out.lengths.mean()), "truncated": float(np.mean(cut)),
+                  "zero_signal_groups": float(1.0 - self.informative().mean())}
+        if self.seconds:
+            stats["rollout_tokens_per_s"] = float(out.lengths.sum() / self.seconds)
+        return stats
+
+
+def sample_groups(engine: RolloutEngine, prompts: Prompts, index: Sequence[int], rewards: Rewards, *,
+                  group_size: int, max_new_tokens: int, row_len: int, temperature: float = 1.0,
+                  top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> Groups:
+    """G completions of each prompt in `index`, each stopped where its training row of row_len tokens ends, scored
+    by every reward function. The rewards see each prompt's text, the completions' text, the prompt's other record
+    columns and `completion_ids` (generated ids, stop token included), one per completion, as TRL passes them."""
+    start = time.perf_counter()
+    out = engine.generate([prompts.ids[i] for i in index], max_new_tokens=max_new_tokens, num_samples=group_size,
+                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_total_tokens=row_len + 1)
+    seconds = time.perf_counter() - start
+    records = [prompts.records[i] for i in index for _ in range(group_size)]
+    columns = {k: [r[k] for r in records] for k in records[0] if k != "prompt"}
+    completion_ids = [row[:n].tolist() for row, n in zip(out.tokens, out.lengths)]
+    total, parts = rewards([r["prompt"] for r in records], out.texts, completion_ids=completion_ids, **columns)
+    return Groups(out, records, total.astype(np.float32), parts, group_size, row_len, seconds)
+
+
+# ----------------------------------------------------------------------------- the policy's side
+
+
+def reference_policy(model: nnx.Module, lora: bool) -> nnx.Module:
+    """The frozen reference pi_ref, in eval mode: for LoRA the same model with its adapters off (no copy,
+    `tunix_lite.lora.without_adapters`); for full fine-tuning a clone taken now, before any update (it shares the
+    arrays until the first update replaces the trained ones)."""
+    from tunix_lite.lora import without_adapters
+
+    reference = without_adapters(model) if lora else nnx.clone(model)
+    reference.eval()
+    return reference
+
+
+@nnx.jit
+def _score(model, batch):
+    return sequence_log_probs(model, batch)
+
+
+def old_log_probs(model: nnx.Module, rows: Mapping[str, np.ndarray]) -> np.ndarray:
+    """log pi_old of every target [R, T] under the model as it is now, before the rollout's updates: what the ratio
+    of inner iterations after the first compares with. Recomputed rather than taken from the sampler, whose
+    log-probs may come from another kernel, dtype or engine."""
+    keys = ("inputs", "targets", "positions", "segment_ids")
+    model.eval()
+    try:
+        return np.asarray(_score(model, {k: rows[k] for k in keys}))
+    finally:
+        model.train()
+
+
+def mini_batches(rows: Mapping[str, np.ndarray], iterations: int, parts: int, seed: Sequence[int]):
+    """Yield `iterations` passes over the rows, each shuffled (seeded) and split into `parts` equal mini-batches."""
+    n = len(next(iter(rows.values())))
+    size = n // parts
+    for it in range(iterations):
+        order = np.random.default_rng([*seed, it]).permutation(n) if parts > 1 else np.arange(n)
+        for p in range(parts):
+            take = order[p * size:(p + 1) * size]
+            yield {k: v[take] for k, v in rows.items()}
+
+
+def rollout_seed(seed: int, rollout: int, attempt: int = 0) -> int:
+    """The sampling seed of one rollout (and refill attempt): fixed by the run's seed, so a resumed run samples
+    exactly what the uninterrupted one did."""
+    return int(np.random.default_rng([seed, rollout, attempt]).integers(2**31 - 1))
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def task_eval_fn(config, model, tokenizer, validation, policy=lambda m: m):
+    """Greedy exact match and format on n_accuracy validation prompts and on n_test held-out test-split prompts
+    (keys prefixed "test_"), or None when both are 0. `policy(model)` is the language model inside what trains."""
+    from tunix_lite.data.synthetic import DOMAINS, make_splits
+    from tunix_lite.evaluation import TaskEval
+
+    evals = []
+    if config.n_accuracy:
+        records = validation.select(range(min(config.n_accuracy, len(validation))))
+        evals.append(("", TaskEval(policy(model), tokenizer, records, template=config.template)))
+    if config.n_test:
+        if config.train_data != "synthetic":
+            raise ConfigError("n_test: the held-out test split exists for the synthetic tasks only; set n_test: 0")
+        test = make_splits(0, 0, config.n_test, domains=config.domains or DOMAINS, seed=config.seed)["test"]
+        evals.append(("test_", TaskEval(policy(model), tokenizer, test, template=config.template)))
+    if not evals:
+        return None
+    return lambda m: {prefix + k: v for prefix, task in evals for k, v in task(policy(m)).items()}
+
+
+# ----------------------------------------------------------------------------- the batch stream
+
+
+class RolloutStream:
+    """The batch stream of an RL run: rollout k, sampled from the live model, feeds optimizer steps k*S + 1 ...
+    (k+1)*S, where S = inner_iterations x mini_batches.
+
+    prepare(groups) -> rows: the algorithm's part (advantages, old log-probs, values) on B * G rows.
+    dynamic_sampling: DAPO's filter. Groups whose rewards are all equal are dropped and more prompts are drawn
+    (at most `max_refills` extra rollouts) until B groups carry signal; if they never do, the rollout trains on
+    the groups it has plus zero-weight padding rows. `metrics(step)` gives the rollout's statistics for the step's
+    log entry (Trainer.fit's host_metrics).
+    """
+
+    def __init__(self, config, model: nnx.Module, engine: RolloutEngine, prompts: Prompts, rewards: Rewards,
+                 prepare, *, dynamic_sampling: bool = False, max_refills: int = 0):
+        self.config, self.model, self.engine, self.prompts, self.rewards = config, model, engine, prompts, rewards
+        self.row_len = min(config.seq_len, prompts.length + config.max_new_tokens - 1)
+        self.prepare, self.dynamic_sampling, self.max_refills = prepare, dynamic_sampling, max_refills
+        self._metrics: dict[int, dict] = {}
+        self.last: Groups | None = None  # the latest rollout, for showing completions
+
+    def sample(self, rollout: int, index: Sequence[int], attempt: int = 0) -> Groups:
+        c = self.config
+        self.engine.sync_weights(self.model)
+        return sample_groups(self.engine, self.prompts, index, self.rewards, group_size=c.group_size,
+                             max_new_tokens=c.max_new_tokens, row_len=self.row_len, temperature=c.temperature,
+                             top_k=c.top_k,
+                             top_p=c.top_p, seed=rollout_seed(c.seed, rollout, attempt))
+
+    def rollout(self, rollout: int, index: Sequence[int]) -> tuple[Groups, dict]:
+        groups = self.sample(rollout, index)
+        if not self.dynamic_sampling:
+            return groups, {}
+        stats = {"zero_signal_groups": float(1.0 - groups.informative().mean())}  # before filtering
+        B, kept, attempt = len(index), [groups.select(np.flatnonzero(groups.informative()))], 0
+        while sum(map(len, kept)) < B and attempt < self.max_refills:
+            attempt += 1
+            refill = np.random.default_rng([self.config.seed, rollout, attempt]).choice(len(self.prompts), B,
+                                                                                          replace=False)
+            more = self.sample(rollout, refill, attempt)
+            kept.append(more.select(np.flatnonzero(more.informative())))
+        have = sum(map(len, kept))
+        if have == 0:
+            return groups, stats | {"kept_groups": 0.0, "rollouts": float(attempt + 1)}
+        groups = Groups.concat(kept)
+        return groups.select(range(min(have, B))), stats | {"kept_groups": min(have, B) / B,
+                                                            "rollouts": float(attempt + 1)}
+
+    def batches(self, start_step: int = 0):
+        from tunix_lite.data.batches import Batches
+
+        c = self.config
+        S = c.steps_per_rollout
+        order = Batches(len(self.prompts), lambda o: {"index": np.asarray(o)}, c.batch_size, seed=c.seed,
+                        drop_last=True)
+        first, skip = divmod(start_step, S)
+        for k, prompt_batch in enumerate(order.stream(start=first), start=first):
+            groups, extra = self.rollout(k, prompt_batch["index"])
+            self.last = groups
+            rows = self.prepare(groups)
+            stats = groups.stats(c.max_new_tokens) | extra
+            for i, batch in enumerate(mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))):
+                if k == first and i < skip:
+                    continue
+                self._metrics[k * S + i + 1] = stats
+                yield batch
+
+    def metrics(self, step: int) -> dict:
+        return self._metrics.pop(step, {})
+
+
+def padded_rows(rows: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Rows zero-padded to n (zero weights: they count 0 in every loss), so every step has one shape."""
+    from tunix_lite.training.trainer import pad_batch
+
+    return pad_batch(rows, n)
+
+
+def plot_curves(history: list[dict], keys: Sequence[str] = ("reward", "kl", "length"), *, title: str | None = None):
+    """One small panel per history key (reward, KL and length have different scales); returns the Figure."""
+    from matplotlib.figure import Figure
+
+    keys = [k for k in keys if any(k in h for h in history)]
+    fig = Figure(figsize=(3.2 * max(len(keys), 1), 2.8), layout="constrained")
+    for i, key in enumerate(keys):
+        ax = fig.add_subplot(1, len(keys), i + 1)
+        ax.plot(*zip(*[(h["step"], h[key]) for h in history if key in h]))
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    return fig
