@@ -27,6 +27,7 @@ The conventions every loss follows:
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -201,13 +202,16 @@ class Trainer:
     def fit(self, batches: Iterable[dict], steps: int, *, log_every: int = 10, desc: str = "train",
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
             checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = (),
-            meta: Callable[[], dict] | None = None) -> list[dict]:
-        """Run `steps` steps (fewer if `batches` runs out); returns the history.
+            meta: Callable[[], dict] | None = None, deadline: float | None = None) -> list[dict]:
+        """Run `steps` steps (fewer if `batches` runs out or the `deadline` passes); returns the history.
 
         eval_fn(model) -> {name: number} runs every `eval_every` steps (0: never in between) and always after the
         last one; its results join that step's history entry as "eval_<name>". `checkpoints` saves every
         `checkpoints.every` steps and after the last one (with `meta()`'s dict beside the history). Each of
         `loggers` gets every step's metrics when they reach the host (see metrics_log).
+        deadline: a time.monotonic() value; the first step that ends after it is the last (at least one step runs,
+        so every session makes progress), and the checkpoint after the last step is saved as usual, so a
+        wall-clock budget ends in a checkpoint to resume from.
         """
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
@@ -229,6 +233,8 @@ class Trainer:
                         self.save(checkpoints, meta=meta)
                     bar.update(len(new))
                     bar.set_postfix(loss=f"{new[-1]['loss']:.3f}")
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
             for entry in self.flush():  # `batches` ran out before `steps`
                 for log in loggers:
                     log(entry)
