@@ -4,12 +4,16 @@
 # e.g. `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/pytest ] || ! .venv/bin/python -c "import torch, transformers, tunix_lite" 2>/dev/null; then
+if [ ! -x .venv/bin/pytest ] || ! .venv/bin/python -c "import torch, transformers, trl, tunix_lite" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[all]"
 fi
 export JAX_PLATFORMS=cpu TUNIX_LITE_PROFILE=ci
+# XLA's persistent compilation cache: tests and notebooks compile many identical programs (the tiny model's
+# steps, samplers); each compiles once per run, and a second local run starts warm.
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0.5}"
 .venv/bin/python -m tunix_lite.course.build --check   # committed exercises == a fresh build
 .venv/bin/python -m pytest -p tunix_lite.course.nbtiming \
   --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 \
