@@ -59,7 +59,8 @@ def _worker(conn, memory_mb: int | None) -> None:
             return
         if task is None:
             return
-        fn, args = task
+        fn, args = task  # unpickled by recv: fn's module is imported by now, outside the call's timeout
+        conn.send(("started", 0.0))
         try:
             conn.send(("ok", float(fn(*args))))
         except BaseException as e:  # noqa: BLE001 - whatever the check does, the worker answers
@@ -93,8 +94,9 @@ class _Worker:
 class VerifierPool:
     """`workers` processes that run check functions, each call limited to `timeout` seconds.
 
-    `map(fn, args)` returns one float per argument tuple, in order: fn's value, or 0.0 when it raised, returned
-    something that is not a finite number, crashed its worker or timed out (the worker is killed and replaced).
+    `map(fn, args)` returns one float per argument tuple, in order: fn's value, or `failed` (0.0: a zero reward) when
+    it raised, returned something that is not a finite number, crashed its worker or timed out (the worker is killed
+    and replaced).
     `stats` counts calls, timeouts, crashes and errors since the pool started; `last_errors` keeps a few messages.
     Workers start on first use; `close()` (or leaving a `with` block) stops them.
     """
@@ -120,10 +122,11 @@ class VerifierPool:
     def _failed(self, kind: str, message: str) -> float:
         self.stats[kind] += 1
         self.last_errors = (self.last_errors + [message])[-5:]
-        return 0.0
+        return self._failed_value
 
-    def map(self, fn: Callable[..., float], args: Sequence[tuple]) -> list[float]:
-        results: list[float] = [0.0] * len(args)
+    def map(self, fn: Callable[..., float], args: Sequence[tuple], *, failed: float = 0.0) -> list[float]:
+        self._failed_value = failed
+        results: list[float] = [failed] * len(args)
         pending = list(enumerate(args))[::-1]  # popped from the end: first in, first out
         busy: dict = {}  # connection -> (worker, index, started)
         self.stats["calls"] += len(args)
@@ -137,10 +140,11 @@ class VerifierPool:
                     worker.stop(kill=True)
                     pending.append((index, task_args))
                     continue
-                busy[worker.conn] = (worker, index, time.monotonic())
-            soonest = min(started for _, _, started in busy.values())
-            for conn in wait(list(busy), timeout=max(0.0, soonest + self.timeout - time.monotonic())):
-                worker, index, _ = busy.pop(conn)
+                # the clock: _Worker.STARTUP until the worker has loaded the call (imports), then `timeout`
+                busy[worker.conn] = (worker, index, time.monotonic() + _Worker.STARTUP)
+            soonest = min(ends for _, _, ends in busy.values())
+            for conn in wait(list(busy), timeout=max(0.0, soonest - time.monotonic())):
+                worker, index, ends = busy.pop(conn)
                 try:
                     status, value = conn.recv()
                 except (EOFError, OSError):
@@ -148,14 +152,17 @@ class VerifierPool:
                     results[index] = self._failed("crashes", f"call {index}: the worker died (exit code "
                                                              f"{worker.process.exitcode})")
                     continue
+                if status == "started":
+                    busy[conn] = (worker, index, time.monotonic() + self.timeout)
+                    continue
                 self._idle.append(worker)
                 if status == "ok" and math.isfinite(value):
                     results[index] = value
                 else:
                     results[index] = self._failed("errors", f"call {index}: {value if status != 'ok' else 'non-finite'}")
             now = time.monotonic()
-            for conn, (worker, index, started) in list(busy.items()):
-                if now - started >= self.timeout:
+            for conn, (worker, index, ends) in list(busy.items()):
+                if now >= ends:
                     del busy[conn]
                     worker.stop(kill=True)
                     results[index] = self._failed("timeouts", f"call {index}: no answer in {self.timeout:g} s")
