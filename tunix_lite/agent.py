@@ -22,6 +22,7 @@ RL trains on whole multi-turn trajectories with the environment's tokens masked 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -200,3 +201,114 @@ def evaluate_agent(model, tokenizer, records: Sequence[Mapping], *, max_new_toke
             if env is not None:
                 scores["tool_rate"] += [float(t.tool_calls > 0) for t in done]
     return {k: float(np.mean(v)) for k, v in scores.items()}
+
+
+# ----------------------------------------------------------------------------- GRPO over trajectories
+
+
+@functools.cache
+def _agent_config_class():
+    """AgentConfig, built on the rl package's RLOptions (imported when the agent is used)."""
+    from typing import ClassVar
+
+    from tunix_lite.rl.rollouts import RLOptions
+    from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
+                                            RunOptions, option)
+
+    @dataclasses.dataclass
+    class AgentConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, ModelOptions):
+        """GRPO over multi-turn calculator trajectories; batch_size counts prompts per rollout, max_new_tokens is
+        the budget of each model turn. train_data "synthetic" means `calculator_problems`."""
+
+        algorithm: ClassVar[str] = "agent"
+        max_calls: int = option(1, "calculator calls answered per trajectory (each adds a model turn)", ge=1)
+        n_eval: int = option(64, "held-out problems answered greedily with and without the tool, before and after",
+                             ge=0, resume="free")
+
+        def validate(self) -> None:
+            super().validate()
+            self.validate_rl()
+            if self.group_size < 2:
+                raise ConfigError(f"group_size: GRPO compares a prompt's trajectories; need at least 2, got "
+                                  f"{self.group_size}")
+
+    return AgentConfig
+
+
+def __getattr__(name):  # `AgentConfig` without importing the rl package when the module loads
+    if name == "AgentConfig":
+        return _agent_config_class()
+    raise AttributeError(name)
+
+
+def _agent_data(config):
+    """(train, validation) records: calculator problems for train_data "synthetic", else the config's files."""
+    if config.train_data == "synthetic":
+        return (calculator_problems(config.n_train, seed=config.seed, split="train"),
+                calculator_problems(config.n_validation, seed=config.seed, split="validation"))
+    from tunix_lite.training.sft import load_data
+
+    train, validation = load_data(config)
+    return [dict(r) for r in train], [dict(r) for r in validation]
+
+
+def run_agent(config, *, verbose: bool = True):
+    """Train config.model with GRPO on whole calculator trajectories (see the module docstring). Returns the
+    harness's RunResult; before/after hold held-out accuracy with and without the tool."""
+    from tunix_lite.chat import format_chat
+    from tunix_lite.data.batches import Batches
+    from tunix_lite.rl.advantages import ESTIMATORS
+    from tunix_lite.rl.grpo import grpo_loss
+    from tunix_lite.rl.rollouts import mini_batches, old_log_probs, padded_rows, reference_policy, rollout_seed
+    from tunix_lite.sampler import Sampler
+    from tunix_lite.tokenizer import padding_id
+    from tunix_lite.training.harness import Run, build_model
+
+    c = config
+    run = Run(c, verbose=verbose)
+    model, tokenizer = build_model(c)
+    train, validation = _agent_data(c)
+    prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=c.template) for r in train]
+    rewards = c.reward_functions()
+    tool, sampler = Calculator(), Sampler(model, tokenizer)
+    frozen = reference_policy(model, bool(c.lora_rank)) if c.beta else None
+    loss = functools.partial(grpo_loss, epsilon_low=c.epsilon_low, epsilon_high=c.epsilon_high, beta=c.beta,
+                             kl_estimator=c.kl_estimator, aggregation="sequence-mean-token-mean")
+    metrics: dict[int, dict] = {}
+
+    def batches(start_step: int):
+        S = c.steps_per_rollout
+        order = Batches(len(prompts), lambda o: {"index": np.asarray(o)}, c.batch_size, seed=c.seed, drop_last=True)
+        first, skip = divmod(start_step, S)
+        for k, chosen in enumerate(order.stream(start=first), start=first):
+            index = chosen["index"]
+            trajectories = rollout(sampler, [prompts[i] for i in index], group_size=c.group_size,
+                                   max_new_tokens=c.max_new_tokens, tool=tool, max_calls=c.max_calls,
+                                   temperature=c.temperature, seed=rollout_seed(c.seed, k), template=c.template)
+            records = [train[i] for i in index for _ in range(c.group_size)]
+            columns = {key: [r[key] for r in records] for key in records[0] if key not in ("prompt", "messages")}
+            total, parts = rewards([r["prompt"] for r in records], [t.reply for t in trajectories], **columns)
+            rows = trajectory_rows(trajectories, c.seq_len, padding_id(tokenizer))
+            rows["advantages"] = np.asarray(ESTIMATORS["grpo"](np.asarray(total, np.float32), c.group_size))
+            rows = padded_rows(rows, c.batch_size * c.group_size)
+            if S > 1:
+                rows["old_logprobs"] = old_log_probs(model, rows)
+            else:
+                del rows["old_logprobs"]  # one step per rollout: the ratio is exactly 1 (see grpo_loss)
+            stats = {"reward": float(np.mean(total)), "tool_rate": float(np.mean([t.tool_calls > 0 for t in trajectories])),
+                     "length": float(np.mean([sum(t.mask) for t in trajectories]))}
+            stats |= {f"reward/{name}": float(np.mean(v)) for name, v in parts.items()}
+            for i, batch in enumerate(mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))):
+                if k == first and i < skip:
+                    continue
+                metrics[k * S + i + 1] = stats
+                yield batch
+
+    held_out = validation[:c.n_eval]
+    eval_fn = (lambda m: evaluate_agent(m, tokenizer, held_out, max_new_tokens=c.max_new_tokens, tool=tool,
+                                        template=c.template)) if c.n_eval else None
+    report = (f"{len(prompts)} problems x {c.group_size} trajectories of <= {c.max_calls} calculator call(s), "
+              f"{c.max_new_tokens} tokens a turn; rows of {c.seq_len}")
+    run.say(report)
+    return run.train(model, tokenizer, loss, batches, eval_fn, frozen=frozen, report=report,
+                     host_metrics=lambda step: metrics.pop(step, {}), show=("reward", "tool_rate", "length"))

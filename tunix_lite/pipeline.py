@@ -73,6 +73,9 @@ class DataSpec:
     test: str | None = option(None, "your held-out records for evaluation: prompt, answer[, domain]")
     pairs_train: str | None = option(None, "your preference pairs (prompt, chosen, rejected) for a dpo stage")
     pairs_validation: str | None = option(None, "your validation preference pairs")
+    tasks: Literal["reasoning", "calculator"] = option(
+        "reasoning", "the built-in tasks: the synthetic reasoning domains, or calculator problems for the tool-using "
+                     "agent (tunix_lite.agent; evaluated with and without the tool)")
     style: Literal["plain", "reasoning"] = option("reasoning", "synthetic completions: plain, or "
                                                               "<reasoning>...</reasoning><answer>...</answer>")
     domains: list[str] = option(list(REASONING_DOMAINS), "synthetic domains")
@@ -445,12 +448,18 @@ def prepare_data(pipeline: Pipeline, say=print) -> None:
     from tunix_lite.data.synthetic import make_splits, preference_pairs
 
     domains, weights = data.domains, data.weights or {d: 1.0 for d in data.domains}
-    # a pool with enough of every domain for its share, then the weighted mixture drawn from it without repeats
-    largest = max(weights.values()) / sum(weights.values())
-    pool = make_splits(math.ceil(data.n_train * largest) * len(domains), data.n_validation, data.n_test,
-                       domains=domains, seed=data.seed, style=data.style)
-    splits = {"train": mix_domains(pool["train"], weights, data.n_train, seed=data.seed),
-              "validation": pool["validation"], "test": pool["test"]}
+    if data.tasks == "calculator":
+        from tunix_lite.agent import calculator_problems
+
+        splits = {split: calculator_problems(n, seed=data.seed, split=split)
+                  for split, n in (("train", data.n_train), ("validation", data.n_validation), ("test", data.n_test))}
+    else:
+        # a pool with enough of every domain for its share, then the weighted mixture drawn from it without repeats
+        largest = max(weights.values()) / sum(weights.values())
+        pool = make_splits(math.ceil(data.n_train * largest) * len(domains), data.n_validation, data.n_test,
+                           domains=domains, seed=data.seed, style=data.style)
+        splits = {"train": mix_domains(pool["train"], weights, data.n_train, seed=data.seed),
+                  "validation": pool["validation"], "test": pool["test"]}
     if any(s.uses_pairs for s in pipeline.stages):
         for split, n in (("train", data.n_pairs), ("validation", data.n_validation)):
             splits[f"pairs_{split}"] = preference_pairs(n, data.seed, domains=domains, split=split, style=data.style)
@@ -491,6 +500,16 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
     model_dir = marker["model_dir"]
     model, tokenizer = load(model_dir)
     model.eval()
+    if pipeline.data.tasks == "calculator":
+        from tunix_lite.agent import evaluate_agent
+
+        say(f"[{name}] held-out evaluation: {spec.n_prompts} problems, with and without the calculator")
+        start = time.perf_counter()
+        summary = evaluate_agent(model, tokenizer, _test_records(pipeline), batch_size=spec.batch_size,
+                                 max_new_tokens=spec.max_new_tokens or 24)
+        report = ReasoningReport(summary, {}, [], time.perf_counter() - start)
+        _write_json(path, report.to_json() | {"key": key})
+        return report
     say(f"[{name}] held-out evaluation: {spec.n_prompts} prompts, {spec.samples} samples each")
     report = evaluate_reasoning(model, tokenizer, _test_records(pipeline), samples=spec.samples,
                                 temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,

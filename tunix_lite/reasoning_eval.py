@@ -201,10 +201,14 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
         return "(no evaluations yet)\n", {}
     first = next(iter(reports.values())).summary
     ks = sorted(int(k.split("@")[1]) for k in first if k.startswith("pass@"))
-    sampled = [(f"pass@{ks[0]}", f"pass@{ks[0]}"), (f"pass@{ks[-1]}", f"pass@{ks[-1]}"),
-               (f"maj@{ks[-1]}", f"maj@{ks[-1]}")]
-    domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary if k.startswith("accuracy/")})
-    columns = list(_COLUMNS[:1]) + sampled + list(_COLUMNS[1:]) + [(f"accuracy/{d}", d) for d in domains]
+    if ks:
+        sampled = [(f"pass@{ks[0]}", f"pass@{ks[0]}"), (f"pass@{ks[-1]}", f"pass@{ks[-1]}"),
+                   (f"maj@{ks[-1]}", f"maj@{ks[-1]}")]
+        domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
+                          if k.startswith("accuracy/")})
+        columns = list(_COLUMNS[:1]) + sampled + list(_COLUMNS[1:]) + [(f"accuracy/{d}", d) for d in domains]
+    else:  # another evaluation's figures (e.g. the agent's with / without the tool), as they come
+        columns = [(key, key) for key in first]
     lines = ["| stage | " + " | ".join(title for _, title in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for stage, report in reports.items():
         cells = [_cell(key, report.summary.get(key)) for key, _ in columns]
@@ -235,13 +239,17 @@ def plot_stages(reports: Mapping[str, ReasoningReport]):
 
     domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary if k.startswith("accuracy/")})
     keys = ["accuracy"] + [f"accuracy/{d}" for d in domains]
+    labels = ["all"] + domains
+    first = next(iter(reports.values())).summary if reports else {}
+    if "accuracy" not in first:  # another evaluation's figures (the agent's): one group per figure
+        keys = labels = list(first)
     fig = Figure(figsize=(max(6, 1.1 * len(keys)), 3.6))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(reports))
     for i, (stage, report) in enumerate(reports.items()):
         ax.bar(np.arange(len(keys)) + i * width, [report.summary.get(k, 0.0) for k in keys], width, label=stage)
-    ax.set_xticks(np.arange(len(keys)) + width * (len(reports) - 1) / 2, ["all"] + domains, rotation=20)
-    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_xticks(np.arange(len(keys)) + width * (len(reports) - 1) / 2, labels, rotation=20)
+    ax.set_ylabel("held-out (greedy)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
