@@ -54,7 +54,7 @@ import yaml
 from tunix_lite.training.config import ConfigError, _check_range, _coerce, option, read_yaml
 
 REASONING_DOMAINS = ("arithmetic", "compare", "sort", "count", "sequence", "instruction")
-PREFERENCE_ALGORITHMS = ("dpo",)  # stages that train on preference pairs (prompt, chosen, rejected)
+PREFERENCE_ALGORITHMS = ("dpo", "reward_model")  # stages that train on preference pairs (prompt, chosen, rejected)
 CHECKPOINT_EVERY = 25  # a stage's checkpoint cadence unless the file sets checkpoint_every
 CPU_FLOPS = 1e12  # FLOP/s no 2-8 core CPU exceeds in float32: the lower bound of a step's time before any timing
 ACCELERATOR_FLOPS = 1e15  # likewise for one accelerator chip (a TPU v5p or an H100 in bf16 is below this)
