@@ -26,10 +26,14 @@ import functools
 import random
 import re
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from tunix_lite.data.synthetic import answer_of, split_of
+from tunix_lite.rl.rollouts import RLOptions
+from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions, RunOptions,
+                                        option)
 
 CALL = re.compile(r"<calc>(.*?)</calc>", re.S)
 RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
@@ -206,39 +210,22 @@ def evaluate_agent(model, tokenizer, records: Sequence[Mapping], *, max_new_toke
 # ----------------------------------------------------------------------------- GRPO over trajectories
 
 
-@functools.cache
-def _agent_config_class():
-    """AgentConfig, built on the rl package's RLOptions (imported when the agent is used)."""
-    from typing import ClassVar
+@dataclasses.dataclass
+class AgentConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, ModelOptions):
+    """GRPO over multi-turn calculator trajectories; batch_size counts prompts per rollout, max_new_tokens is the
+    budget of each model turn. train_data "synthetic" means `calculator_problems`."""
 
-    from tunix_lite.rl.rollouts import RLOptions
-    from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
-                                            RunOptions, option)
+    algorithm: ClassVar[str] = "agent"
+    max_calls: int = option(1, "calculator calls answered per trajectory (each adds a model turn)", ge=1)
+    n_eval: int = option(64, "validation problems answered greedily with and without the tool, before and after "
+                             "(0: none)", ge=0, resume="free")
 
-    @dataclasses.dataclass
-    class AgentConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, ModelOptions):
-        """GRPO over multi-turn calculator trajectories; batch_size counts prompts per rollout, max_new_tokens is
-        the budget of each model turn. train_data "synthetic" means `calculator_problems`."""
-
-        algorithm: ClassVar[str] = "agent"
-        max_calls: int = option(1, "calculator calls answered per trajectory (each adds a model turn)", ge=1)
-        n_eval: int = option(64, "held-out problems answered greedily with and without the tool, before and after",
-                             ge=0, resume="free")
-
-        def validate(self) -> None:
-            super().validate()
-            self.validate_rl()
-            if self.group_size < 2:
-                raise ConfigError(f"group_size: GRPO compares a prompt's trajectories; need at least 2, got "
-                                  f"{self.group_size}")
-
-    return AgentConfig
-
-
-def __getattr__(name):  # `AgentConfig` without importing the rl package when the module loads
-    if name == "AgentConfig":
-        return _agent_config_class()
-    raise AttributeError(name)
+    def validate(self) -> None:
+        super().validate()
+        self.validate_rl()
+        if self.group_size < 2:
+            raise ConfigError(f"group_size: GRPO compares a prompt's trajectories; need at least 2, got "
+                              f"{self.group_size}")
 
 
 def _agent_data(config):
