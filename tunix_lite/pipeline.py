@@ -433,48 +433,57 @@ class PipelineResult:
 
 def prepare_data(pipeline: Pipeline, say=print) -> None:
     """Write the synthetic data files once (data/*.jsonl): the rebalanced mixture for training, validation and
-    test splits, and preference pairs when a stage needs them. Your own files (data.train) are used as they are."""
+    test splits, and preference pairs once a stage needs them (a stage added later gets its files then, the others
+    stay as they are). Your own files (data.train) are used as they are."""
     data = pipeline.data
     if data.train is not None:
         return
     folder = pipeline.root / "data"
     wanted = dataclasses.asdict(data)
-    if (folder / "spec.json").is_file():
-        if _read_json(folder / "spec.json") != wanted:
-            raise ConfigError(f"data: the file's data section changed since {folder} was written; delete {folder} "
-                              "(and the stages trained on it) to start over, or restore the section")
+    names = ["train", "validation", "test"]
+    if any(s.uses_pairs for s in pipeline.stages):
+        names += ["pairs_train", "pairs_validation"]
+    if (folder / "spec.json").is_file() and _read_json(folder / "spec.json") != wanted:
+        raise ConfigError(f"data: the file's data section changed since {folder} was written; delete {folder} "
+                          "(and the stages trained on it) to start over, or restore the section")
+    missing = [name for name in names if not (folder / f"{name}.jsonl").is_file()]
+    if not missing:
         return
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in missing:
+        rows = _synthetic_split(data, name)
+        tmp = folder / f".{name}.jsonl.partial"
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(dict(row)) + "\n")
+        os.replace(tmp, folder / f"{name}.jsonl")
+        say(f"data: wrote {name} ({len(rows)}) to {folder}")
+    _write_json(folder / "spec.json", wanted)
+
+
+def _synthetic_split(data: DataSpec, name: str):
+    """One data file's records, a pure function of the data section."""
     from tunix_lite.data.sft import mix_domains
     from tunix_lite.data.synthetic import make_splits, preference_pairs
 
-    domains, weights = data.domains, data.weights or {d: 1.0 for d in data.domains}
+    if name.startswith("pairs_"):
+        split = name.removeprefix("pairs_")
+        n = data.n_pairs if split == "train" else data.n_validation
+        return preference_pairs(n, data.seed, domains=data.domains, split=split, style=data.style)
+    n = {"train": data.n_train, "validation": data.n_validation, "test": data.n_test}[name]
     if data.tasks == "calculator":
         from tunix_lite.agent import calculator_problems
 
-        splits = {split: calculator_problems(n, seed=data.seed, split=split)
-                  for split, n in (("train", data.n_train), ("validation", data.n_validation), ("test", data.n_test))}
-    else:
-        # a pool with enough of every domain for its share, then the weighted mixture drawn from it without repeats
-        largest = max(weights.values()) / sum(weights.values())
-        pool = make_splits(math.ceil(data.n_train * largest) * len(domains), data.n_validation, data.n_test,
-                           domains=domains, seed=data.seed, style=data.style)
-        splits = {"train": mix_domains(pool["train"], weights, data.n_train, seed=data.seed),
-                  "validation": pool["validation"], "test": pool["test"]}
-    if any(s.uses_pairs for s in pipeline.stages):
-        for split, n in (("train", data.n_pairs), ("validation", data.n_validation)):
-            splits[f"pairs_{split}"] = preference_pairs(n, data.seed, domains=domains, split=split, style=data.style)
-    tmp = folder.with_name(".data.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, rows in splits.items():
-        with (tmp / f"{name}.jsonl").open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(dict(row)) + "\n")
-    (tmp / "spec.json").write_text(json.dumps(wanted, indent=1) + "\n", encoding="utf-8")
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
-    say(f"data: wrote {', '.join(f'{k} ({len(v)})' for k, v in splits.items())} to {folder}")
+        return calculator_problems(n, seed=data.seed, split=name)
+    if name != "train":
+        sizes = (0, n, 0) if name == "validation" else (0, 0, n)
+        return make_splits(*sizes, domains=data.domains, seed=data.seed, style=data.style)[name]
+    # a pool with enough of every domain for its share, then the weighted mixture drawn from it without repeats
+    weights = data.weights or {d: 1.0 for d in data.domains}
+    largest = max(weights.values()) / sum(weights.values())
+    pool = make_splits(math.ceil(data.n_train * largest) * len(data.domains), 0, 0, domains=data.domains,
+                       seed=data.seed, style=data.style)["train"]
+    return mix_domains(pool, weights, data.n_train, seed=data.seed)
 
 
 def _test_records(pipeline: Pipeline) -> list[dict]:
