@@ -257,3 +257,33 @@ def test_the_answer_budget_fits_every_reference_completion():
         assert syn.reward_format(None, [text]) == [1.0]
     sort_longest = max(len(tokenizer.encode(r["completion"])) for r in rows if r["domain"] == "sort")
     assert sort_longest > 48  # the old fixed budget of 48 tokens cut the sort domain's reasoning off
+
+
+def test_the_reasoning_style_tags_the_same_examples():
+    plain = syn.make_splits(35, 7, 7, seed=5)
+    tagged = syn.make_splits(35, 7, 7, seed=5, style="reasoning")
+    for split in syn.SPLITS:
+        for a, b in zip(plain[split], tagged[split], strict=True):
+            assert {k: v for k, v in a.items() if k != "completion"} == {k: v for k, v in b.items() if k != "completion"}
+            assert b["completion"] == f"<reasoning>{a['reasoning']}</reasoning><answer>{a['answer']}</answer>"
+    completions = tagged["train"]["completion"]
+    answers = tagged["train"]["answer"]
+    assert syn.reward_exact_match(None, completions, answers) == [1.0] * 35
+    assert syn.reward_format(None, completions) == syn.reward_reasoning_format(None, completions) == [1.0] * 35
+    assert all(map(syn.has_reasoning, completions))
+    assert syn.reward_reasoning_format(None, plain["train"]["completion"]) == [0.0] * 35
+    assert not any(map(syn.has_reasoning, plain["train"]["completion"]))
+    bad = ["<reasoning></reasoning><answer>3</answer>", "<reasoning>x</reasoning><answer>3</answer> more",
+           "<answer>3</answer>", "<reasoning>x<answer>3</answer>"]
+    assert syn.reward_reasoning_format(None, bad) == [0.0] * 4
+    with pytest.raises(ValueError, match="unknown completion style 'xml'"):
+        syn.generate("sort", 1, style="xml")
+
+
+def test_reasoning_style_preference_pairs_keep_the_tags_on_the_chosen_side():
+    rows = syn.preference_pairs(40, seed=2, style="reasoning")
+    plain = syn.preference_pairs(40, seed=2)
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in plain]
+    assert syn.reward_reasoning_format(None, [r["chosen"] for r in rows]) == [1.0] * 40
+    rejected_ok = syn.reward_exact_match(None, [r["rejected"] for r in rows], [r["answer"] for r in rows])
+    assert sum(rejected_ok) == 0 and all(syn.has_reasoning(r["rejected"]) for r in rows)

@@ -125,6 +125,16 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in reference.history]
 
 
+def test_a_passed_deadline_ends_fit_after_one_step_with_a_checkpoint(tmp_path):
+    batches = [lm_batch(4, seed=i) for i in range(6)]
+    checkpoints = Checkpoints(tmp_path, every=100, keep=2)
+    trainer = tiny_trainer()
+    assert len(trainer.fit(batches, 6, checkpoints=checkpoints, deadline=0.0)) == 1  # the past: one step, then stop
+    assert checkpoints.steps == [1]  # the end-of-fit checkpoint, off the every-100 cadence
+    trainer.fit(batches[1:], 5, checkpoints=checkpoints, deadline=float("inf"))
+    assert checkpoints.steps == [1, 6]
+
+
 def test_keeps_the_last_k_checkpoints(tmp_path):
     checkpoints = Checkpoints(tmp_path, every=2, keep=2)
     tiny_trainer().fit([lm_batch(4, seed=i) for i in range(7)], 7, checkpoints=checkpoints)

@@ -1,4 +1,4 @@
-"""`tunix-lite` command line: info, generate, train, sft, plan (and the course's grade / build-exercises)."""
+"""`tunix-lite` command line: info, generate, train, sft, run, plan (and the course's grade / build-exercises)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,22 @@ def cmd_train(args) -> int:
                                                ("model", args.model)) if value is not None}
     config = algorithms.load_config(args.config, algorithm="sft" if args.command == "sft" else None, **overrides)
     result = algorithms.run(config)
-    print(f"[{len(result.history)} steps in {result.seconds:.0f} s]", file=sys.stderr)
+    paused = "" if result.finished else "; time budget used: rerun the same command to continue"
+    print(f"[{len(result.history)} steps in {result.seconds:.0f} s{paused}]", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tunix_lite.pipeline import load_pipeline, plan, run_pipeline
+
+    pipeline = load_pipeline(args.pipeline, max_minutes=args.max_minutes, output_dir=args.output_dir)
+    if args.check:
+        print(plan(pipeline))
+        return 0
+    result = run_pipeline(pipeline)
+    state = "finished" if result.finished else "paused at the time budget; rerun the same command to continue"
+    print(f"[{state}: {result.output_dir} in {result.seconds:.0f} s; the table: {result.output_dir}/report/table.md]",
+          file=sys.stderr)
     return 0
 
 
@@ -126,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rollout", default=None, help="G,NEW_TOKENS: add the sampler's KV cache for G samples of "
                                                       "each of the batch's prompts")
     plan.set_defaults(fn=cmd_plan)
+
+    pipe = sub.add_parser("run", help="a multi-stage pipeline (e.g. sft -> dpo -> grpo) from one YAML file, with "
+                                      "held-out evaluation after each stage and an exported model")
+    pipe.add_argument("pipeline", help="pipeline YAML, e.g. configs/capstone_tiny.yaml")
+    pipe.add_argument("--max-minutes", type=float, default=None,
+                      help="this session's wall-clock budget: then checkpoint and exit; rerun to continue")
+    pipe.add_argument("--output-dir", default=None, help="override the file's output_dir")
+    pipe.add_argument("--check", action="store_true", help="check the file and print the plan; no compute")
+    pipe.set_defaults(fn=cmd_run)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")

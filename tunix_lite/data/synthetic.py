@@ -24,7 +24,12 @@ import string
 from collections.abc import Iterator, Sequence
 
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 SPLITS = ("train", "validation", "test")
+# How a completion is written: "plain" is `{reasoning} <answer>{answer}</answer>` (what the tiny model was pretrained
+# on); "reasoning" wraps the reasoning in tags, `<reasoning>{reasoning}</reasoning><answer>{answer}</answer>`, the
+# format reasoning-model recipes (and the capstone) train and reward.
+STYLES = ("plain", "reasoning")
 
 # The small world. Fixed tables rather than seeded draws, so a fact is the same in every seed and split; the
 # countries are invented so that the tiny model can only know them from its own pretraining corpus.
@@ -193,43 +198,55 @@ def split_of(prompt: str) -> str:
     return "train" if bucket < 8 else "validation" if bucket == 8 else "test"
 
 
-def _draw(domain: str, rng: random.Random, split: str) -> dict[str, str]:
+def write_completion(reasoning: str, answer: str, style: str = "plain") -> str:
+    """A completion in one of the STYLES."""
+    if style == "plain":
+        return f"{reasoning} {ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+    if style == "reasoning":
+        return f"{REASONING_OPEN}{reasoning}{REASONING_CLOSE}{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+    raise ValueError(f"unknown completion style {style!r}; choose one of {', '.join(STYLES)}")
+
+
+def _draw(domain: str, rng: random.Random, split: str, style: str = "plain") -> dict[str, str]:
     """One example of `domain` whose prompt falls in `split` (rejection sampling on the prompt's hash)."""
     make = _GENERATORS[domain]
     for _ in range(10_000):
         prompt, reasoning, answer = make(rng)
         if split_of(prompt) == split:
-            completion = f"{reasoning} {ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+            completion = write_completion(reasoning, answer, style)
             return {"domain": domain, "prompt": prompt, "reasoning": reasoning, "answer": answer,
                     "completion": completion}
     raise ValueError(f"no prompt of domain {domain!r} falls in split {split!r}")
 
 
-def generate(domain: str, n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` examples of one domain, all with prompts in `split`.
+def generate(domain: str, n: int, *, seed: int = 0, split: str = "train", style: str = "plain") -> list[dict[str, str]]:
+    """`n` examples of one domain, all with prompts in `split`, completions written in `style` (see STYLES).
 
     Prompts never repeat across splits but may repeat within one: the facts domain has only 162 questions in all.
+    The style changes only the completion: the prompts, reasoning and answers are the same in both.
     """
     rng = random.Random(f"{domain}/{split}/{seed}")
-    return [_draw(domain, rng, split) for _ in range(n)]
+    return [_draw(domain, rng, split, style) for _ in range(n)]
 
 
-def _mixture(n: int, domains: Sequence[str], seed: int, split: str) -> list[dict[str, str]]:
+def _mixture(n: int, domains: Sequence[str], seed: int, split: str, style: str = "plain") -> list[dict[str, str]]:
     """`n` examples from `split`, the domains in equal shares (the first few one more), in seeded random order."""
     k = len(domains)
     rows = [ex for i, domain in enumerate(domains)
-            for ex in generate(domain, n // k + (i < n % k), seed=seed, split=split)]
+            for ex in generate(domain, n // k + (i < n % k), seed=seed, split=split, style=style)]
     random.Random(f"mixture/{split}/{seed}").shuffle(rows)
     return rows
 
 
-def make_splits(n_train: int, n_val: int, n_test: int, *, domains: Sequence[str] = DOMAINS, seed: int = 0):
-    """A `datasets.DatasetDict` with "train", "validation" and "test" splits of mixed domains, no prompt shared."""
+def make_splits(n_train: int, n_val: int, n_test: int, *, domains: Sequence[str] = DOMAINS, seed: int = 0,
+                style: str = "plain"):
+    """A `datasets.DatasetDict` with "train", "validation" and "test" splits of mixed domains, no prompt shared;
+    completions written in `style` ("plain" or "reasoning", see STYLES)."""
     import datasets  # only the course needs `datasets`; the library imports without it
 
     sizes = dict(zip(SPLITS, (n_train, n_val, n_test)))
     return datasets.DatasetDict(
-        {split: datasets.Dataset.from_list(_mixture(n, domains, seed, split)) for split, n in sizes.items()})
+        {split: datasets.Dataset.from_list(_mixture(n, domains, seed, split, style)) for split, n in sizes.items()})
 
 
 # ---- Answers and rewards ----
@@ -268,24 +285,41 @@ def reward_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> li
     return [float(well_formed(c)) for c in completions]
 
 
+_REASONED = re.compile(r"\s*<reasoning>(?P<reasoning>[^<]*\S[^<]*)</reasoning>\s*<answer>[^<]*\S[^<]*</answer>\s*")
+
+
+def reward_reasoning_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> list[float]:
+    """1.0 for each completion that is exactly `<reasoning>...</reasoning><answer>...</answer>` (both non-empty,
+    nothing before or after but whitespace), else 0.0: the "reasoning" style's format reward."""
+    return [float(_REASONED.fullmatch(c) is not None) for c in completions]
+
+
+def has_reasoning(text: str) -> bool:
+    """Whether `text` holds a closed, non-empty <reasoning>...</reasoning> block (the reasoning-marker rate)."""
+    _, opened, rest = text.partition(REASONING_OPEN)
+    inside, closed, _ = rest.partition(REASONING_CLOSE)
+    return bool(opened and closed and inside.strip())
+
+
 # ---- Preference pairs (DPO) ----
 
 def preference_pairs(n: int, seed: int = 0, *, domains: Sequence[str] = DOMAINS,
-                     split: str = "train") -> list[dict[str, str]]:
+                     split: str = "train", style: str = "plain") -> list[dict[str, str]]:
     """`n` rows {"domain", "prompt", "chosen", "rejected", "answer"}: chosen is the reference completion; rejected
     keeps the reasoning but gives a wrong answer (half the rows), drops the answer tags, or leaves the tag unclosed.
-    The answer is kept so that a lesson can score the policy on the same prompts."""
+    The answer is kept so that a lesson can score the policy on the same prompts. `style` as in `make_splits`."""
     rng = random.Random(f"preference/{split}/{seed}")
     rows = []
-    for ex in _mixture(n, domains, seed, split):
+    for ex in _mixture(n, domains, seed, split, style):
         reasoning, answer = ex["reasoning"], ex["answer"]
         flaw = rng.choice(("wrong", "wrong", "untagged", "unclosed"))
+        body = write_completion(reasoning, "", style).removesuffix(f"{ANSWER_OPEN}{ANSWER_CLOSE}")
         if flaw == "wrong":
-            rejected = f"{reasoning} {ANSWER_OPEN}{_wrong_answer(ex, rng)}{ANSWER_CLOSE}"
+            rejected = write_completion(reasoning, _wrong_answer(ex, rng), style)
         elif flaw == "untagged":
-            rejected = f"{reasoning} {answer}"
+            rejected = f"{body}{answer}"
         else:
-            rejected = f"{reasoning} {ANSWER_OPEN}{answer}"
+            rejected = f"{body}{ANSWER_OPEN}{answer}"
         rows.append({"domain": ex["domain"], "prompt": ex["prompt"], "chosen": ex["completion"],
                      "rejected": rejected, "answer": answer})
     return rows

@@ -117,6 +117,8 @@ class RunOptions:
                             resume="free")
     tensorboard: bool = option(False, "also log to output_dir/tensorboard (needs the [tensorboard] extra)",
                                resume="free")
+    max_minutes: float | None = option(None, "wall-clock budget: then checkpoint and stop cleanly; rerunning the "
+                                             "same command continues (null: no limit)", gt=0, resume="free")
 
 
 # ----------------------------------------------------------------------------- building and checking
@@ -256,6 +258,9 @@ class ConfigBase:
                               f"micro_batches={self.micro_batches}")
         if self.mesh is not None:
             check_mesh(self.mesh, self.batch_size, self.micro_batches)
+        if self.max_minutes is not None and not (self.checkpoint_every and self.output_dir):
+            raise ConfigError(f"max_minutes: {self.max_minutes:g} needs checkpoints to continue from; set "
+                              "checkpoint_every > 0 and an output_dir (or max_minutes: null)")
         if self.warmup_steps >= self.steps:
             raise ConfigError(f"warmup_steps: {self.warmup_steps} must be less than steps={self.steps}")
         if self.template is not None:

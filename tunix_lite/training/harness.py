@@ -14,6 +14,9 @@ What `Run.train` does with an output_dir:
   with several processes (`initialize_distributed`: TPU pods, SLURM, JAX_COORDINATOR_ADDRESS) every process runs
   the same command, process 0 alone prints, logs and exports, and every process writes its shards of each
   checkpoint. A run may resume on another mesh shape.
+- `max_minutes` is a wall-clock budget: when it runs out, the step in flight finishes, a checkpoint is saved and
+  `train` returns with `finished=False` (no final evaluation, no export); rerunning the same command continues
+  from that checkpoint, so a long run can span several notebook sessions.
 - Rerunning the same command resumes from the latest checkpoint. A config that would change the run's trajectory
   (model, data, batch size, seed, adapters...) is refused before anything is written, with the field and both
   values; `steps` may grow. The files a config names (a data file, a model directory) are fingerprinted in
@@ -52,6 +55,7 @@ class RunResult:
     after: dict  # and after
     data_report: str
     seconds: float
+    finished: bool = True  # False: the time budget ran out first; rerun to continue from the checkpoint
 
 
 def build_model(config):
@@ -156,6 +160,7 @@ class Run:
         sharding.initialize_distributed()  # before anything touches a device; nothing happens on one machine
         self.config, self.verbose = config, verbose and sharding.is_main_process()
         self.start = time.perf_counter()
+        self.deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes is not None else None
         self.out = Path(config.output_dir).expanduser() if config.output_dir else None
         self.resume_from = 0
         self.start_over = False  # overwrite an earlier run: deleted when training starts, not before
@@ -251,11 +256,18 @@ class Run:
             trainer.fit(batches(trainer.steps_done), config.steps - trainer.steps_done, log_every=config.log_every,
                         desc=desc or config.algorithm, eval_fn=evaluate if eval_fn else None,
                         eval_every=config.eval_every, checkpoints=checkpoints, loggers=loggers,
-                        meta=lambda: {"before": before}, host_metrics=host_metrics, show=show)
+                        meta=lambda: {"before": before}, host_metrics=host_metrics, show=show,
+                        deadline=self.deadline)
         finally:
             if checkpoints is not None:
                 checkpoints.close()
         history = trainer.history
+        if trainer.steps_done < config.steps and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.say(f"time budget of {config.max_minutes:g} min used at step {trainer.steps_done} of {config.steps}; "
+                     f"checkpoint saved in {self.out}: rerun the same command to continue")
+            model.eval()
+            return RunResult(model, tokenizer, history, before or {}, {}, report, time.perf_counter() - self.start,
+                             finished=False)
         last = history[-1] if history else {}
         after = {k.removeprefix("eval_"): v for k, v in last.items() if k.startswith("eval_")}
         if not after and eval_fn is not None:  # nothing trained in this call (a finished run resumed)

@@ -31,6 +31,7 @@ The conventions every loss follows:
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -284,8 +285,8 @@ class Trainer:
             eval_fn: Callable[[nnx.Module], dict] | None = None, eval_every: int = 0,
             checkpoints: Checkpoints | None = None, loggers: Iterable[Callable[[dict], None]] = (),
             meta: Callable[[], dict] | None = None, host_metrics: Callable[[int], dict] | None = None,
-            show: Sequence[str] = ("loss",)) -> list[dict]:
-        """Run `steps` steps (fewer if `batches` runs out); returns the history.
+            show: Sequence[str] = ("loss",), deadline: float | None = None) -> list[dict]:
+        """Run `steps` steps (fewer if `batches` runs out or the `deadline` passes); returns the history.
 
         eval_fn(model) -> {name: number} runs every `eval_every` steps (0: never in between) and always after the
         last one; its results join that step's history entry as "eval_<name>". `checkpoints` saves every
@@ -293,6 +294,9 @@ class Trainer:
         `loggers` gets every step's metrics when they reach the host (see metrics_log). host_metrics(step) ->
         {name: number}: values the host knew when it made that step's batch (an RL rollout's rewards and lengths),
         joined to the step's entry as they are. `show`: the entry's keys on the progress bar.
+        deadline: a time.monotonic() value; the first step that ends after it is the last (at least one step runs,
+        so every session makes progress), and the checkpoint after the last step is saved as usual, so a
+        wall-clock budget ends in a checkpoint to resume from.
         """
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
@@ -319,6 +323,8 @@ class Trainer:
                         self.save(checkpoints, meta=meta)
                     bar.update(len(new))
                     bar.set_postfix({k: f"{new[-1][k]:.3f}" for k in show if k in new[-1]})
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
             arrived(self.flush())  # `batches` ran out before `steps`
         finally:
             bar.close()

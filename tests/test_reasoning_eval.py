@@ -1,0 +1,73 @@
+"""Held-out evaluation estimators against closed forms and brute force over every subset."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tunix_lite.reasoning_eval import ReasoningReport, best_of_k, majority_at_k, pass_at_k, stage_table
+
+
+@pytest.mark.parametrize("n, c, k", [(16, 0, 1), (16, 3, 1), (16, 3, 4), (16, 15, 2), (16, 16, 16), (10, 4, 7),
+                                     (200, 17, 100)])
+def test_pass_at_k_is_the_unbiased_closed_form(n, c, k):
+    closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+    if n <= 16:  # and equals the fraction of k-subsets holding a right sample
+        right = [i < c for i in range(n)]
+        hits = [any(right[i] for i in s) for s in itertools.combinations(range(n), k)]
+        assert pass_at_k(n, c, k) == pytest.approx(np.mean(hits), abs=1e-12)
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, n + 1)
+
+
+def _brute_best_of(scores, correct, k):
+    """Average over subsets of the (tie-averaged) correctness of the top-scored samples."""
+    values = []
+    for subset in itertools.combinations(range(len(scores)), k):
+        top = max(scores[i] for i in subset)
+        winners = [i for i in subset if scores[i] == top]
+        values.append(np.mean([correct[i] for i in winners]))
+    return np.mean(values)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_best_of_k_is_exact_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 3, 9).astype(float)  # few distinct scores: many ties
+    correct = rng.random(9) < 0.4
+    for k in range(1, 10):
+        assert best_of_k(scores, correct, k) == pytest.approx(_brute_best_of(scores, correct, k), abs=1e-12)
+    assert best_of_k(scores, correct, 1) == pytest.approx(correct.mean())
+
+
+def test_majority_vote_counts_ties_and_ignores_missing_answers():
+    answers = ["4", "4", "5", None, " 5 ", "6"]
+    assert majority_at_k(answers, "4", 6) == pytest.approx(0.5)  # "4" and "5" tie 2-2: half credit
+    assert majority_at_k(answers, "6", 6) == 0.0
+    assert majority_at_k(answers, "4", 1) == pytest.approx(2 / 6)  # one sample: the accuracy of a sample
+    assert majority_at_k([None, None], "4", 2) == 0.0
+    brute = []
+    for subset in itertools.combinations(range(6), 3):
+        votes = {}
+        for i in subset:
+            if answers[i] is not None:
+                votes[answers[i].strip()] = votes.get(answers[i].strip(), 0) + 1
+        top = max(votes.values()) if votes else 0
+        winners = [a for a, v in votes.items() if v == top]
+        brute.append(("4" in winners) / len(winners) if winners else 0.0)
+    assert majority_at_k(answers, "4", 3) == pytest.approx(np.mean(brute))
+
+
+def test_stage_table_has_a_row_per_stage_and_a_column_per_domain():
+    summary = {"accuracy": 0.5, "format": 1.0, "reasoning": 0.25, "length": 31.0, "accuracy/sort": 0.75,
+               "pass@1": 0.4, "pass@4": 0.7, "maj@1": 0.4, "maj@4": 0.55}
+    reports = {"base": ReasoningReport(summary, {}, [], 1.0),
+               "sft": ReasoningReport(summary | {"accuracy": 0.9, "accuracy/count": 1.0}, {}, [], 1.0)}
+    markdown, table = stage_table(reports)
+    lines = markdown.splitlines()
+    assert lines[0] == ("| stage | greedy acc | pass@1 | pass@4 | maj@4 | format | reasoning | length | count | "
+                        "sort |")
+    assert lines[2] == "| base | 0.50 | 0.40 | 0.70 | 0.55 | 1.00 | 0.25 | 31.0 | - | 0.75 |"
+    assert lines[3].startswith("| sft | 0.90 |") and table["sft"]["accuracy/count"] == 1.0

@@ -1,0 +1,131 @@
+"""Verifiers: a check that hangs, crashes, raises or eats memory costs a zero reward and a fresh worker, never the
+run; the checks themselves (math, code, worked steps) against hand-written cases.
+
+No JAX here: the workers import only tunix_lite.verifiers and this module.
+"""
+
+import os
+import time
+
+import pytest
+
+from tunix_lite.verifiers import (VerifierPool, check_code, check_math, check_steps, evaluate_expression, reward_code,
+                                  reward_math, reward_steps, verifier_reward)
+
+
+# Check functions the workers import by name (they must live at the top level of a module).
+def echo(x):
+    return x
+
+
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+def hang():
+    while True:
+        pass
+
+
+def die():
+    os._exit(3)  # the worker process ends without answering
+
+
+def boom():
+    raise RuntimeError("bad check")
+
+
+def allocate():
+    return len(bytearray(8 * 2**30))  # 8 GiB: refused by the worker's memory limit
+
+
+def not_a_number():
+    return "yes"
+
+
+def answer_is_even(answer, modulus):
+    return float(int(answer) % modulus == 0)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with VerifierPool(workers=2, timeout=1.0) as p:
+        yield p
+
+
+def test_hangs_crashes_errors_and_memory_bombs_score_zero_and_the_pool_goes_on(pool):
+    start = time.monotonic()
+    calls = [(echo, (0.25,)), (hang, ()), (die, ()), (boom, ()), (allocate, ()), (not_a_number, ()), (echo, (1.0,))]
+    results = [pool.map(fn, [args])[0] for fn, args in calls]
+    assert results == [0.25, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert time.monotonic() - start < 30
+    assert pool.stats["timeouts"] == 1 and pool.stats["crashes"] == 1 and pool.stats["errors"] == 3
+    assert any("RuntimeError: bad check" in e for e in pool.last_errors)
+    assert pool.map(echo, [(i,) for i in range(5)]) == [0.0, 1.0, 2.0, 3.0, 4.0]  # in order, workers replaced
+
+
+def test_a_hanging_call_does_not_hold_up_the_others(pool):
+    """Two workers: the hanging call takes one for `timeout` seconds while the other answers everything else."""
+    start = time.monotonic()
+    out = pool.map(sleep_then, [(100, 9.0)] + [(0.01, float(i)) for i in range(6)])
+    assert out == [0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert time.monotonic() - start < 5  # one timeout, not one per call
+
+
+def test_bad_pool_settings_are_refused():
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        VerifierPool(timeout=0)
+
+
+@pytest.mark.parametrize("predicted, reference, expected", [
+    ("16", "16", 1.0), (" 32/2 ", "16", 1.0), ("16.0", "16", 1.0), ("2**4", "16", 1.0), ("15", "16", 0.0),
+    ("3, 5, 7", "3, 5, 7", 1.0), ("3,5,7", "3, 5, 7", 1.0), ("3, 7, 5", "3, 5, 7", 0.0), ("3, 5", "3, 5, 7", 0.0),
+    ("Velo", "Velo", 1.0), ("velo", "Velo", 0.0), ("moo  moo", "moo moo", 1.0), (None, "16", 0.0),
+    ("__import__('os')", "16", 0.0), ("1/0", "16", 0.0),
+])
+def test_check_math(predicted, reference, expected):
+    assert check_math(predicted, reference) == expected
+
+
+def test_expressions_never_evaluate_names_or_calls():
+    assert evaluate_expression("(2 + 3) * 4 - 6 / 3") == 18.0
+    for text in ("x + 1", "abs(-1)", "().__class__", "'a' * 3"):
+        with pytest.raises(ValueError):
+            evaluate_expression(text)
+
+
+def test_check_steps_is_a_reference_free_arithmetic_check():
+    assert check_steps("5 + 3 = 8. 8 * 2 = 16. <answer>16</answer>") == 1.0
+    assert check_steps("<reasoning>5 + 3 = 8. 8 * 2 = 16.</reasoning><answer>16</answer>") == 1.0
+    assert check_steps("5 + 3 = 9. 9 * 2 = 18. <answer>18</answer>") == 0.0  # a false step
+    assert check_steps("5 + 3 = 8. 8 * 2 = 16. <answer>17</answer>") == 0.0  # the answer is not the last result
+    assert check_steps("Sort: 1, 2. <answer>1, 2</answer>") == 0.5  # nothing to check
+    assert check_steps("5 + 3 = 8.") == 0.0  # no answer
+
+
+def test_check_code_counts_passing_tests():
+    program = "```python\ndef add(a, b):\n    return a + b\n```"
+    assert check_code(program, "assert add(1, 2) == 3\nassert add(2, 2) == 5") == 0.5
+    assert check_code("def add(a, b): return a + b", ["assert add(1, 2) == 3"]) == 1.0
+    assert check_code("raise SystemExit", "assert True") == 0.0
+    assert check_code(None, "assert True") == 0.0
+
+
+def test_rewards_follow_trls_convention_and_survive_bad_completions():
+    completions = ["<answer>16</answer>", "<answer>9 ** 9 ** 9</answer>", "no answer", "<answer>32/2</answer>"]
+    start = time.monotonic()
+    assert reward_math(None, completions, answer=["16"] * 4, domain=["x"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    assert time.monotonic() - start < 30  # the huge power timed out instead of running for hours
+    code = ["<answer>def f(): return 1</answer>", "```python\ndef f():\n    while True: pass\n```"]
+    assert reward_code(None, code, tests=["assert f() == 1"] * 2) == [1.0, 0.0]
+    assert reward_steps(None, ["2 + 2 = 4. <answer>4</answer>", "2 + 2 = 5. <answer>5</answer>"]) == [1.0, 0.0]
+
+
+def test_a_users_check_runs_in_the_pool_with_its_columns(pool):
+    reward = verifier_reward(answer_is_even, columns=("modulus",), pool=pool)
+    assert reward.__name__ == "answer_is_even"
+    completions = ["<answer>4</answer>", "<answer>5</answer>", "<answer>oops</answer>"]
+    assert reward(None, completions, modulus=[2, 2, 2], answer=["x"] * 3) == [1.0, 0.0, 0.0]  # int('oops') raised
+    with pytest.raises(KeyError, match=r"needs the dataset columns \['modulus'\]"):
+        reward(None, completions, answer=["x"] * 3)
