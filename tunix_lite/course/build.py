@@ -2,8 +2,8 @@
 
 In a code cell tagged `graded`, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
 `raise NotImplementedError("Exercise <function>: ...")` at the same indentation. A demo cell that calls one
-of those functions is tagged `raises-exception`, so "run all" (and nbval) goes on past it until the learner
-has written the function. Outputs, execution counts and volatile metadata are dropped, so the output bytes
+of those functions (or of what such a cell computed) is tagged `raises-exception`, so "run all" (and nbval)
+goes on past it until the learner has written the function. Outputs, execution counts and volatile metadata are dropped, so the output bytes
 depend only on the solution's source.
 
     python -m tunix_lite.course.build            # write exercises/
@@ -62,13 +62,20 @@ def strip_solutions(src: str, where: str) -> str:
     return "\n".join(out)
 
 
-def _calls(src: str, names: set[str]) -> bool:
-    """Does the cell call one of `names` (passing it to check() is not a call)?"""
+def _uses(src: str, names: set[str]) -> set[str] | None:
+    """The names a cell binds, if it reads one of `names` (passing an exercise to check() is not a use);
+    None if it does not."""
     try:
         tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines()))
     except SyntaxError:
-        return False
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names for n in ast.walk(tree))
+        return None
+    checked = {id(arg) for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "check"
+               for arg in n.args}
+    if not any(isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load) and id(n) not in checked
+               for n in ast.walk(tree)):
+        return None
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | {
+        n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
 def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -> dict:
@@ -76,7 +83,8 @@ def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -
 
     With `name` (the file name), markdown links and badges to solutions/<name> are pointed at exercises/<name>.
     """
-    stubbed = {m.group(2) for cell in nb["cells"] if is_graded(cell) and BEGIN in source(cell)
+    # what fails until the learner writes it: the stubbed functions, and whatever a cell computes from them
+    failing = {m.group(2) for cell in nb["cells"] if is_graded(cell) and BEGIN in source(cell)
                for m in map(_DEF.match, source(cell).splitlines()) if m and not m.group(1)}
     cells = []
     for n, cell in enumerate(nb["cells"]):
@@ -92,8 +100,10 @@ def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -
         if "id" in cell:
             new["id"] = cell["id"]
         tags = list(cell.get("metadata", {}).get("tags", []))
-        if cell["cell_type"] == "code" and not is_graded(cell) and _calls(src, stubbed):
+        bound = _uses(src, failing) if cell["cell_type"] == "code" and not is_graded(cell) else None
+        if bound is not None:
             tags = list(dict.fromkeys([*tags, "raises-exception"]))
+            failing |= bound
         if tags:
             new["metadata"]["tags"] = tags
         if cell["cell_type"] == "code":

@@ -57,6 +57,7 @@ def hint_for(hints: tuple[str, ...], failures: int) -> str:
 # ----------------------------------------------------------------------------- in the notebook
 
 _FAILURES: dict[str, int] = {}  # exercise -> failing check() calls in this notebook session
+_PASSED: dict[str, object] = {}  # exercise -> the code that last passed all its checks (check_all skips it)
 RULE = ("check() runs your function as `tunix-lite grade` does: with your notebook's imports and the cells "
         "that define exercise functions only. A helper from another cell is not there: move it into the cell "
         "of the function that uses it.")
@@ -80,7 +81,7 @@ def check_all(phase: str) -> None:
     from tunix_lite.course import graded
 
     names = inspect.currentframe().f_back.f_globals
-    scores = [_check(ex.name, names.get(ex.name), names) for ex in graded.exercises(phase)]
+    scores = [_check(ex.name, names.get(ex.name), names, reuse=True) for ex in graded.exercises(phase)]
     print(f"phase {phase}: {sum(p for p, _ in scores)}/{sum(t for _, t in scores)} checks passed")
 
 
@@ -107,8 +108,9 @@ def _ipython_cells(fn: Callable, names: list[str], namespace: dict) -> tuple[lis
     return history, [src for _, src in sorted(defining.values())]
 
 
-def _as_graded(exercise, fn: Callable, namespace: dict) -> tuple[object, str | None, list[str], list[str]]:
-    """(impl, why the cell failed or None, graded sources, other sources) as `grade` would build them."""
+def _as_graded(exercise, fn: Callable, namespace: dict) -> tuple[object, str | None, list[str], list[str], object]:
+    """(impl, why the cell failed or None, graded cells as (source, names), other cells' sources, a key of the
+    code that ran), built as `grade` would build them."""
     from tunix_lite.course import graded
     from tunix_lite.course.notebook import build_impl, defines, graded_code
 
@@ -119,15 +121,16 @@ def _as_graded(exercise, fn: Callable, namespace: dict) -> tuple[object, str | N
             source = textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))
         except (OSError, TypeError):
             source = ""
-        return types.SimpleNamespace(**{exercise.name: fn}), None, [source], []
+        return types.SimpleNamespace(**{exercise.name: fn}), None, [(source, (exercise.name,))], [], id(fn)
     history, defining = cells
     others = [src for src in history if not defines(src, names)]
     code = graded_code(others + defining, names)
     impl, errors = build_impl(code, where="this notebook")
-    return impl, errors.get(exercise.name), code.sources, others
+    return impl, errors.get(exercise.name), code.cells, others, code.cells  # more imports cannot break it
 
 
-def _check(name: str, fn: Callable | None, namespace: dict) -> tuple[int, int]:
+def _check(name: str, fn: Callable | None, namespace: dict, reuse: bool = False) -> tuple[int, int]:
+    """Check one exercise; with `reuse`, code that already passed every check in this session is not rerun."""
     from tunix_lite.course import graded, rules
     from tunix_lite.course.worker import run_test
 
@@ -136,13 +139,16 @@ def _check(name: str, fn: Callable | None, namespace: dict) -> tuple[int, int]:
     if fn is None:
         print(f"✗ {name}: not defined yet; run the cell that defines it first")
         return 0, total
-    impl, cell_error, graded_sources, other_sources = _as_graded(exercise, fn, namespace)
-    broken = rules.violations(graded_sources, other_sources,
+    impl, cell_error, graded_cells, other_sources, code_key = _as_graded(exercise, fn, namespace)
+    broken = rules.violations(graded_cells, other_sources,
                               {name: exercise.forbidden + graded.ALWAYS_FORBIDDEN}).get(name)
     if broken:
         print(f"⊘ {name}: not allowed, 0/{total}: graded cells may not use {', '.join(broken)} "
               "(write it yourself: that is the exercise)")
         return 0, total
+    if reuse and _PASSED.get(name) == code_key:
+        print(f"✓ {name}: {total}/{total} checks passed")
+        return total, total
     seed = secrets.randbits(63)  # new inputs on every check
     if cell_error:
         results = [(t, "error", cell_error) for t in exercise.tests]
@@ -153,6 +159,8 @@ def _check(name: str, fn: Callable | None, namespace: dict) -> tuple[int, int]:
         print(f"· {name}: not implemented yet; replace the `raise NotImplementedError` in its cell")
         return 0, total
     print(f"{'✓' if passed == total else '✗'} {name}: {passed}/{total} checks passed")
+    if passed == total:
+        _PASSED[name] = code_key
     for test, outcome, message in results:
         if outcome != "passed":
             print(f"  {SYMBOL[outcome]} {graded.describe(test)}: {message}")
@@ -194,7 +202,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
                 results.setdefault((name, test.__name__), (outcome, message))
 
     others = [src for src in sources if not defines(src, by_name)]
-    for name, used in rules.violations(code.sources, others, {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN
+    for name, used in rules.violations(code.cells, others, {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN
                                                               for ex in exercises}).items():
         fill([name], "not_allowed", f"graded cells may not use {', '.join(used)} (write it yourself)")
     orders = {"nonce": nonce, "seed": seed, "phase": phase, "where": path.name, "imports": list(code.imports),

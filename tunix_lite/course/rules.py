@@ -1,8 +1,8 @@
 """The no-library rule, checked statically: graded cells may not use the implementation they are graded on.
 
 Each exercise names what it may not use (a phase module's FORBIDDEN, plus graded.ALWAYS_FORBIDDEN: the grader
-itself and dynamic imports or eval that would hide a name). The scan resolves every name and attribute chain
-in the graded cells through the notebook's imports (`from tunix_lite.models import transformer as T` makes
+itself and dynamic imports or eval that would hide a name). The scan reads the cell that defines the exercise
+and resolves every name and attribute chain in it through the notebook's imports (`from tunix_lite.models import transformer as T` makes
 `T.apply_rope` read `tunix_lite.models.transformer.apply_rope`) and reports each forbidden one. A name the
 graded cells bind themselves (your own `def top_p_filter`) is yours, not the library's.
 
@@ -84,12 +84,15 @@ def _matches(used: str, forbidden: str) -> bool:
     return used == forbidden or used.startswith(forbidden + ".") or forbidden.startswith(used + ".")
 
 
-def violations(graded_sources: Sequence[str], import_sources: Sequence[str],
+def violations(cells: Sequence[tuple[str, Sequence[str]]], import_sources: Sequence[str],
                forbidden: dict[str, Sequence[str]]) -> dict[str, list[str]]:
-    """{exercise: the forbidden names its graded cells use}, only for exercises that break the rule."""
-    used = used_names(graded_sources, import_sources)
+    """{exercise: the forbidden names used by the cells that define it}, only for exercises that break the rule.
+    `cells` are (source, exercise functions it defines); names resolve through every cell's imports."""
+    everything = [src for src, _ in cells]
     out = {}
     for exercise, names in forbidden.items():
+        mine = [src for src, defined in cells if exercise in defined]
+        used = used_names(mine, [*import_sources, *everything])
         found = sorted({u for u in used for f in names if _matches(u, f)})
         if found:
             out[exercise] = found
