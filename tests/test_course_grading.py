@@ -169,24 +169,29 @@ def test_lines_written_to_the_results_pipe_need_the_nonce(tiny):
     assert report["score"] == 0 and report["ignored_messages"] >= 2
 
 
+IMPORT = """
+_b = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
+_imp = _b['__imp' + 'ort__']  # an import the static scan cannot see
+"""
+
+
 def test_replacing_the_test_runner_or_assertions_scores_nothing(tiny):
     """Before: a graded cell could swap the runner. Now the worker holds its own references (swapping module
     attributes changes nothing), and a guard marks the run "not allowed" when the libraries the tests rely on
     are patched. The dynamic import below also slips past the static no-library scan on purpose."""
     tests, notebook = tiny
     runner = """
-    _imp = __builtins__['__imp' + 'ort__'] if isinstance(__builtins__, dict) else getattr(__builtins__, '__imp' + 'ort__')
     _imp('tunix_lite.course.worker', fromlist=['x']).run_test = lambda test, impl, rng: ('passed', '')
     _imp('tunix_lite.course.grading', fromlist=['x']).gate = lambda results: results
     """
-    report = _grade(tests, notebook(_cell(runner, *STUBS.values())))
+    report = _grade(tests, notebook(_cell(IMPORT, runner, *STUBS.values())))
     assert report["score"] == 0
 
     for when in ("while loading", "while a test runs"):
         patch = "_imp('numpy').testing.assert_allclose = lambda *a, **k: None"
         patched = (f"{patch}\n{RIGHT['double']}" if when == "while loading" else
                    f"def double(x):\n    {patch}\n    return 2 * x")
-        report = _grade(tests, notebook(_cell(runner.strip().splitlines()[0], patched), _cell(RIGHT["square"])))
+        report = _grade(tests, notebook(_cell(IMPORT, patched), _cell(RIGHT["square"])))
         assert report["score"] == 0 and {t["outcome"] for t in report["tests"]} == {"not_allowed"}, when
 
 

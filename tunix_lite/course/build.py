@@ -1,10 +1,10 @@
 """Build exercises/NN_*.ipynb from solutions/NN_*.ipynb (one source, nbgrader-style markers).
 
 In a code cell tagged `graded`, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
-`raise NotImplementedError("Exercise <function>: ...")` at the same indentation. A demo cell that calls one
-of those functions (or of what such a cell computed) is tagged `raises-exception`, so "run all" (and nbval)
-goes on past it until the learner has written the function. Outputs, execution counts and volatile metadata are dropped, so the output bytes
-depend only on the solution's source.
+`raise NotImplementedError("Exercise <function>: ...")` at the same indentation. A demo cell that uses one of
+those functions (or what such a cell computed) is tagged `raises-exception`, so "run all" (and nbval) goes on
+past it until the learner has written the function. Outputs, execution counts and volatile metadata are
+dropped, so the output bytes depend only on the solution's source.
 
     python -m tunix_lite.course.build            # write exercises/
     python -m tunix_lite.course.build --check    # exit 1 if exercises/ differs from a fresh build

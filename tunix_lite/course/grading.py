@@ -32,8 +32,8 @@ from pathlib import Path
 
 EXERCISE_SECONDS = 30.0  # per exercise (and per graded cell while loading); the solutions take 1-5 s each
 STARTUP_SECONDS = 120.0  # python + jax + the test module, before the first graded cell
-SYMBOL = {"passed": "✓", "failed": "✗", "error": "✗", "not_implemented": "·", "timeout": "⏱", "not_allowed": "⊘",
-          "blocked": "○"}
+SYMBOL = {"passed": "✓", "failed": "✗", "error": "✗", "not_implemented": "·", "timeout": "⏱",
+          "not_allowed": "⊘", "blocked": "○"}
 SELF_ASSESSMENT = ("self-assessment: your code ran in the grading process, so this score is evidence for you, "
                    "not proof for others (course/GRADING.md)")
 BLOCKED = "counts once this exercise's reference test passes"
@@ -102,7 +102,8 @@ def _ipython_cells(fn: Callable, names: list[str], namespace: dict) -> tuple[lis
         obj = namespace.get(name)
         obj_code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
         if obj_code is not None and obj_code.co_filename in cells:
-            defining[obj_code.co_filename] = (cells[obj_code.co_filename], "".join(linecache.getlines(obj_code.co_filename)))
+            cell = obj_code.co_filename
+            defining[cell] = (cells[cell], "".join(linecache.getlines(cell)))
     # every cell this kernel has compiled, oldest first (IPython keeps their sources in linecache)
     history = ["".join(linecache.getlines(name)) for name, _ in sorted(cells.items(), key=lambda kv: kv[1])]
     return history, [src for _, src in sorted(defining.values())]
@@ -210,8 +211,9 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
               "tests_source": Path(module.__file__).read_text(encoding="utf-8") if tests_dir else None,
               "tests_name": getattr(module, "__file__", "")}
     ignored, start = 0, time.perf_counter()
-    with (reaping() as sweep, tempfile.TemporaryDirectory(prefix="tunix-lite-grade-", ignore_cleanup_errors=True)
-          as workdir, tempfile.TemporaryDirectory(prefix="tunix-lite-grade-log-", ignore_cleanup_errors=True) as logdir):
+    fresh = dict(prefix="tunix-lite-grade-", ignore_cleanup_errors=True)
+    with (reaping() as sweep, tempfile.TemporaryDirectory(**fresh) as workdir,
+          tempfile.TemporaryDirectory(**fresh) as logdir):
         for attempt in range(len(exercises) + len(code.cells) + 1):
             todo = [ex.name for ex in exercises if any((ex.name, t.__name__) not in results for t in ex.tests)]
             if not todo:

@@ -2,9 +2,10 @@
 
 Each exercise names what it may not use (a phase module's FORBIDDEN, plus graded.ALWAYS_FORBIDDEN: the grader
 itself and dynamic imports or eval that would hide a name). The scan reads the cell that defines the exercise
-and resolves every name and attribute chain in it through the notebook's imports (`from tunix_lite.models import transformer as T` makes
-`T.apply_rope` read `tunix_lite.models.transformer.apply_rope`) and reports each forbidden one. A name the
-graded cells bind themselves (your own `def top_p_filter`) is yours, not the library's.
+and resolves every name and attribute chain in it through the notebook's imports (after
+`from tunix_lite.models import transformer as T`, `T.apply_rope` reads `tunix_lite.models.transformer.apply_rope`)
+and reports each forbidden one. A name the graded cells bind themselves (your own `def top_p_filter`) is yours,
+not the library's.
 
 This is a rule for honest learners, stated and enforced the same way by `check()` and `tunix-lite grade`;
 it does not stop a determined one (course/GRADING.md says what does).

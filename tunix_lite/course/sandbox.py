@@ -22,7 +22,6 @@ import signal
 import site
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path

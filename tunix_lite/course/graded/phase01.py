@@ -344,7 +344,7 @@ def test_train_step_matches_closed_form(impl, rng):
     optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
     loss = float(impl.train_step(model, optimizer, x, y, decay))
     want_loss, want_w, want_b = _closed_form_step(x, y, w, b, lr, decay)
-    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, err_msg="the returned loss: MSE + penalty, before the update")
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, err_msg="the returned loss: MSE + penalty, before the step")
     np.testing.assert_allclose(np.asarray(model.kernel[...]), want_w, rtol=1e-5, atol=1e-6, err_msg="kernel")
     np.testing.assert_allclose(np.asarray(model.bias[...]), want_b, rtol=1e-5, atol=1e-6,
                                err_msg="bias (not decayed)")

@@ -191,7 +191,7 @@ def test_lora_forward_dropout(impl, rng):
     kept = out != 0
     np.testing.assert_allclose(out[kept], x[kept] / (1 - p), rtol=1e-5, err_msg="kept entries are x / (1 - p)")
     n, dropped = out.size, (~kept).sum()
-    assert abs(dropped - p * n) < 5 * math.sqrt(n * p * (1 - p)), f"{dropped} of {n} dropped, expected about {p * n:.0f}"
+    assert abs(dropped - p * n) < 5 * math.sqrt(n * p * (1 - p)), f"{dropped} of {n} dropped, expected {p * n:.0f}"
     again = np.asarray(_forward(impl, x, np.zeros((d, d)), eye, eye, float(d), dropout=p, key=key))
     other = np.asarray(_forward(impl, x, np.zeros((d, d)), eye, eye, float(d), dropout=p,
                                 key=jax.random.key(_seed(rng) + 1)))
@@ -206,7 +206,8 @@ def _adapters(rng, din, dout, count):
     for _ in range(count):
         rank = int(rng.integers(1, 5))
         _, _, a, b = _lora_inputs(rng, lead=(1,), din=din, dout=dout, rank=rank)
-        out.append({"a": a, "b": b, "alpha": float(rng.choice([4.0, 8.0, 16.0])), "weight": float(rng.uniform(-1, 1.5))})
+        alpha, weight = float(rng.choice([4.0, 8.0, 16.0])), float(rng.uniform(-1, 1.5))
+        out.append({"a": a, "b": b, "alpha": alpha, "weight": weight})
     return out
 
 
@@ -313,7 +314,7 @@ def test_lora_memory_matches_the_library(impl, rng):
     got = impl.lora_memory(shapes, rank)
     where = f"matrices {shapes} at rank {rank}"
     full = memory_report(build("full"), wrt=nnx.Param)
-    assert int(got["full"]) == 4 * full["base_float"], f"{where}: full = {got['full']}, the library holds 16 bytes/weight"
+    assert int(got["full"]) == 4 * full["base_float"], f"{where}: full = {got['full']}, 16 bytes per trained weight"
     for key, fmt in [("lora", None), ("qlora_int8", "int8"), ("qlora_nf4", "nf4")]:
         report = memory_report(build(fmt))
         stored = report["base_float"] + report["base_quantized"] + 4 * report["adapters"]  # + grads + 2 moments
@@ -362,7 +363,7 @@ def test_quantize_int8_matches_numpy(impl, rng):
             np.float32)
         *_, deq = _check_int8(jax.jit(impl.quantize_int8)(jnp.asarray(w)), w, f"w {shape}")
         _, want_scale, _ = _int8_ref(w)
-        assert np.all(np.abs(deq - w) <= want_scale / 2 * (1 + 1e-3) + 1e-6), "some weight is off by more than half a step"
+        assert np.all(np.abs(deq - w) <= want_scale / 2 * (1 + 1e-3) + 1e-6), "a weight is off by more than half a step"
 
 
 @graded("quantize_int8")
@@ -438,7 +439,8 @@ def test_quantize_nf4_dq_matches_numpy(impl, rng):
     for shape, block, group in [((64, 48), 64, 256), ((20, 30), 16, 8), ((33, 7), 64, 4)]:
         w = (rng.normal(size=shape) * rng.uniform(0.01, 0.1)).astype(np.float32)
         fn = jax.jit(impl.quantize_nf4_dq, static_argnames=("block", "group"))
-        _check_dq(fn(jnp.asarray(w), block=block, group=group), w, block, group, f"w {shape}, block {block}, group {group}")
+        where = f"w {shape}, block {block}, group {group}"
+        _check_dq(fn(jnp.asarray(w), block=block, group=group), w, block, group, where)
 
 
 @graded("quantize_nf4_dq")
@@ -448,7 +450,7 @@ def test_quantize_nf4_dq_scale_error(impl, rng):
     idx, codes, gs, offset, absmax = _check_dq(impl.quantize_nf4_dq(jnp.asarray(w), block=64, group=16), w, 64, 16, "w")
     _, approx = _dequantize(idx, codes, gs, offset, 16)
     step = np.repeat(gs, 16)[:len(absmax)]
-    assert np.all(np.abs(approx - absmax) <= step / 2 * (1 + 1e-3) + 1e-9), "a block scale is off by more than half a step"
+    assert np.all(np.abs(approx - absmax) <= step / 2 * (1 + 1e-3) + 1e-9), "a block scale is off by over half a step"
 
 
 @graded("quantize_nf4_dq")
