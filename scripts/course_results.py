@@ -262,7 +262,7 @@ def _sample_lines(items: list[dict]) -> list[str]:
     for s in items:
         lines.append(f"- **[{s['domain']}]** {s['prompt']} (expected: `{s['answer']}`)")
         for model, text in s["by_model"].items():
-            lines.append(f"  - *{model}:* `{text.strip()[:160]!r}`")
+            lines.append(f"  - *{model}:* `{text.strip()!r}`")
     return lines
 
 
