@@ -7,6 +7,8 @@ def pytest_addoption(parser):
     parser.addoption("--impl", default="solutions",
                      help="what the graded tests (tests/graded) run against: solutions | exercises | a folder | "
                           "one NN_*.ipynb (only its phase runs)")
+    parser.addoption("--grade-seed", type=int, default=None,
+                     help="the seed of the graded tests' inputs (default: a fresh one, shown in the header)")
 
 
 @pytest.fixture(scope="session")

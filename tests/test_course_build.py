@@ -86,3 +86,16 @@ def test_stamp_follows_the_configured_repository(tmp_path, monkeypatch):
     assert f"colab.research.google.com/github/someone/fork/blob/{course.TAG}/notebooks/{path.name}" in text
     assert f"git+https://github.com/someone/fork@{course.TAG}" in text and "tunix-lite/tunix-lite" not in text
     assert not build.stamp(path, f"notebooks/{path.name}")
+
+
+def test_demo_cells_that_need_an_exercise_may_raise_in_the_exercise_version():
+    """`run all` on a fresh exercise notebook goes past demos of unwritten functions (and what they computed)."""
+    def cell(src, tags=()):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": src, "outputs": [],
+                "execution_count": None}
+
+    nb = {"cells": [cell(f"def f(x):\n    {BEGIN}\n    return x\n    {END}", ["graded"]), cell("check(f)"),
+                    cell("y = f(1)"), cell("print(y + 1)"), cell("print(2)")], "metadata": {}, "nbformat": 4,
+          "nbformat_minor": 5}
+    tags = [c["metadata"].get("tags", []) for c in build.build_notebook(nb)["cells"]]
+    assert tags == [["graded"], [], ["raises-exception"], ["raises-exception"], []]

@@ -1,8 +1,10 @@
 """Build exercises/NN_*.ipynb from solutions/NN_*.ipynb (one source, nbgrader-style markers).
 
 In a code cell tagged `graded`, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
-`raise NotImplementedError("Exercise <function>: ...")` at the same indentation. Outputs, execution
-counts and volatile metadata are dropped, so the output bytes depend only on the solution's source.
+`raise NotImplementedError("Exercise <function>: ...")` at the same indentation. A demo cell that uses one of
+those functions (or what such a cell computed) is tagged `raises-exception`, so "run all" (and nbval) goes on
+past it until the learner has written the function. Outputs, execution counts and volatile metadata are
+dropped, so the output bytes depend only on the solution's source.
 
     python -m tunix_lite.course.build            # write exercises/
     python -m tunix_lite.course.build --check    # exit 1 if exercises/ differs from a fresh build
@@ -12,6 +14,7 @@ counts and volatile metadata are dropped, so the output bytes depend only on the
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import sys
@@ -59,11 +62,30 @@ def strip_solutions(src: str, where: str) -> str:
     return "\n".join(out)
 
 
+def _uses(src: str, names: set[str]) -> set[str] | None:
+    """The names a cell binds, if it reads one of `names` (passing an exercise to check() is not a use);
+    None if it does not."""
+    try:
+        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines()))
+    except SyntaxError:
+        return None
+    checked = {id(arg) for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "check"
+               for arg in n.args}
+    if not any(isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load) and id(n) not in checked
+               for n in ast.walk(tree)):
+        return None
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} | {
+        n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
 def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -> dict:
     """The exercise version of a solutions notebook (a new dict; the input is not modified).
 
     With `name` (the file name), markdown links and badges to solutions/<name> are pointed at exercises/<name>.
     """
+    # what fails until the learner writes it: the stubbed functions, and whatever a cell computes from them
+    failing = {m.group(2) for cell in nb["cells"] if is_graded(cell) and BEGIN in source(cell)
+               for m in map(_DEF.match, source(cell).splitlines()) if m and not m.group(1)}
     cells = []
     for n, cell in enumerate(nb["cells"]):
         src = source(cell)
@@ -77,9 +99,13 @@ def build_notebook(nb: dict, where: str = "notebook", name: str | None = None) -
         new = {"cell_type": cell["cell_type"], "metadata": {}, "source": src}
         if "id" in cell:
             new["id"] = cell["id"]
-        tags = cell.get("metadata", {}).get("tags")
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        bound = _uses(src, failing) if cell["cell_type"] == "code" and not is_graded(cell) else None
+        if bound is not None:
+            tags = list(dict.fromkeys([*tags, "raises-exception"]))
+            failing |= bound
         if tags:
-            new["metadata"]["tags"] = list(tags)
+            new["metadata"]["tags"] = tags
         if cell["cell_type"] == "code":
             new["execution_count"] = None
             new["outputs"] = []

@@ -1,10 +1,17 @@
 """Grade course exercises: `check(fn)` inside a notebook, or `tunix-lite grade NOTEBOOK` from a shell.
 
-Both run the same tests (tunix_lite.course.graded). The command executes the notebook's graded cells
-in a subprocess with a timeout, so a learner's infinite loop or crash cannot hang or kill the grader,
-then prints a score table and writes JSON:
+Both run the same tests (tunix_lite.course.graded) on the same code: the imports of every cell and the
+cells that define exercise functions (tunix_lite.course.notebook states the rule), with the same no-library
+rule (tunix_lite.course.rules) and the same partial credit (an exercise's invariant tests count only once
+its reference tests pass). Inputs are drawn per run from a fresh seed.
 
-    tunix-lite grade exercises/01_jax_nnx_exercises.ipynb [--json out.json] [--timeout 600]
+`grade` runs the notebook in a worker process (tunix_lite.course.worker) with a time limit per exercise,
+reads results only from its own pipe, kills everything the worker started, then prints a table and writes
+JSON (atomically). It is self-assessment, not an exam: the worker runs your code, and code that sets out to
+fool a grader in its own process can. For stakes, `--tests DIR` runs hidden tests (course/GRADING.md):
+
+    tunix-lite grade exercises/01_jax_nnx_exercises.ipynb [--json out.json] [--timeout 30] [--seed N]
+    tunix-lite grade submission.ipynb --phase 01 --tests hidden/ --json results/grade.json   # + results.json
 """
 
 from __future__ import annotations
@@ -12,42 +19,48 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import linecache
 import os
-import subprocess
+import secrets
 import sys
+import tempfile
+import textwrap
 import time
 import types
 from collections.abc import Callable
 from pathlib import Path
 
-_MARK = "@@tunix-lite-grade "  # prefixes the worker's result lines, so learner prints do not confuse us
-
-SYMBOL = {"passed": "✓", "failed": "✗", "error": "✗", "not_implemented": "·", "timeout": "⏱"}
-
-
-def run_test(test: Callable, impl) -> tuple[str, str]:
-    """(outcome, message); outcome is passed | failed | error | not_implemented."""
-    import jax
-
-    try:
-        with jax.default_matmul_precision("float32"):  # TPU defaults to bf16 passes; grade at float32
-            test(impl)
-    except NotImplementedError as e:
-        return "not_implemented", str(e)
-    except AssertionError as e:
-        return "failed", _short(str(e) or "assertion failed")
-    except Exception as e:  # noqa: BLE001 - any crash in learner code is a failed test, not a grader crash
-        return "error", _short(f"{type(e).__name__}: {e}")
-    return "passed", ""
+EXERCISE_SECONDS = 30.0  # per exercise (and per graded cell while loading); the solutions take 1-5 s each
+STARTUP_SECONDS = 120.0  # python + jax + the test module, before the first graded cell
+SYMBOL = {"passed": "✓", "failed": "✗", "error": "✗", "not_implemented": "·", "timeout": "⏱",
+          "not_allowed": "⊘", "blocked": "○"}
+SELF_ASSESSMENT = ("self-assessment: your code ran in the grading process, so this score is evidence for you, "
+                   "not proof for others (course/GRADING.md)")
+BLOCKED = "counts once this exercise's reference test passes"
 
 
-def _short(message: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
-    text = " | ".join(lines)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def gate(results: list[tuple[Callable, str, str]]) -> list[tuple[Callable, str, str]]:
+    """Partial credit that means something: while a reference test fails, passing invariants score nothing."""
+    if all(outcome == "passed" for test, outcome, _ in results if test.reference):
+        return results
+    return [(t, "blocked", BLOCKED) if outcome == "passed" and not t.reference else (t, outcome, message)
+            for t, outcome, message in results]
+
+
+def hint_for(hints: tuple[str, ...], failures: int) -> str:
+    """The tier a learner has earned after `failures` failing attempts (1: the concept)."""
+    tier = min(max(failures, 1), len(hints))
+    more = "" if tier == len(hints) else " (a more specific hint comes with the next failing attempt)"
+    return f"hint {tier}/{len(hints)}: {hints[tier - 1]}{more}"
 
 
 # ----------------------------------------------------------------------------- in the notebook
+
+_FAILURES: dict[str, int] = {}  # exercise -> failing check() calls in this notebook session
+_PASSED: dict[str, object] = {}  # exercise -> the code that last passed all its checks (check_all skips it)
+RULE = ("check() runs your function as `tunix-lite grade` does: with your notebook's imports and the cells "
+        "that define exercise functions only. A helper from another cell is not there: move it into the cell "
+        "of the function that uses it.")
 
 
 def check(fn_or_name: Callable | str) -> None:
@@ -55,11 +68,12 @@ def check(fn_or_name: Callable | str) -> None:
 
         check(masked_mean)      # or check("masked_mean")
     """
+    caller = inspect.currentframe().f_back
     if isinstance(fn_or_name, str):
-        caller = inspect.currentframe().f_back
-        _check(fn_or_name, caller.f_locals.get(fn_or_name, caller.f_globals.get(fn_or_name)))
+        name, fn = fn_or_name, caller.f_locals.get(fn_or_name, caller.f_globals.get(fn_or_name))
     else:
-        _check(fn_or_name.__name__, fn_or_name)
+        name, fn = fn_or_name.__name__, fn_or_name
+    _check(name, fn, caller.f_globals)
 
 
 def check_all(phase: str) -> None:
@@ -67,102 +81,204 @@ def check_all(phase: str) -> None:
     from tunix_lite.course import graded
 
     names = inspect.currentframe().f_back.f_globals
-    scores = [_check(ex.name, names.get(ex.name)) for ex in graded.exercises(phase)]
+    scores = [_check(ex.name, names.get(ex.name), names, reuse=True) for ex in graded.exercises(phase)]
     print(f"phase {phase}: {sum(p for p, _ in scores)}/{sum(t for _, t in scores)} checks passed")
 
 
-def _check(name: str, fn: Callable | None) -> tuple[int, int]:
+def _ipython_cells(fn: Callable, names: list[str], namespace: dict) -> tuple[list[str], list[str]] | None:
+    """(every executed cell's source, the exercise cells as they are bound now) when fn comes from an
+    IPython cell; None elsewhere (a script or a test), where check() tests the function object as it is."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if not cells or code is None or code.co_filename not in cells:
+        return None
+    defining = {}  # cell file -> (execution count, source), for the exercise functions bound now
+    for name in names:
+        obj = namespace.get(name)
+        obj_code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+        if obj_code is not None and obj_code.co_filename in cells:
+            cell = obj_code.co_filename
+            defining[cell] = (cells[cell], "".join(linecache.getlines(cell)))
+    # every cell this kernel has compiled, oldest first (IPython keeps their sources in linecache)
+    history = ["".join(linecache.getlines(name)) for name, _ in sorted(cells.items(), key=lambda kv: kv[1])]
+    return history, [src for _, src in sorted(defining.values())]
+
+
+def _as_graded(exercise, fn: Callable, namespace: dict) -> tuple[object, str | None, list[str], list[str], object]:
+    """(impl, why the cell failed or None, graded cells as (source, names), other cells' sources, a key of the
+    code that ran), built as `grade` would build them."""
     from tunix_lite.course import graded
+    from tunix_lite.course.notebook import build_impl, defines, graded_code
+
+    names = [ex.name for ex in graded.exercises(exercise.phase)]
+    cells = _ipython_cells(fn, names, namespace)
+    if cells is None:
+        try:
+            source = textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))
+        except (OSError, TypeError):
+            source = ""
+        return types.SimpleNamespace(**{exercise.name: fn}), None, [(source, (exercise.name,))], [], id(fn)
+    history, defining = cells
+    others = [src for src in history if not defines(src, names)]
+    code = graded_code(others + defining, names)
+    impl, errors = build_impl(code, where="this notebook")
+    return impl, errors.get(exercise.name), code.cells, others, code.cells  # more imports cannot break it
+
+
+def _check(name: str, fn: Callable | None, namespace: dict, reuse: bool = False) -> tuple[int, int]:
+    """Check one exercise; with `reuse`, code that already passed every check in this session is not rerun."""
+    from tunix_lite.course import graded, rules
+    from tunix_lite.course.worker import run_test
 
     exercise = graded.find(name)
+    total = len(exercise.tests)
     if fn is None:
         print(f"✗ {name}: not defined yet; run the cell that defines it first")
-        return 0, len(exercise.tests)
-    impl = types.SimpleNamespace(**{name: fn})
-    results = [(test, *run_test(test, impl)) for test in exercise.tests]
+        return 0, total
+    impl, cell_error, graded_cells, other_sources, code_key = _as_graded(exercise, fn, namespace)
+    broken = rules.violations(graded_cells, other_sources,
+                              {name: exercise.forbidden + graded.ALWAYS_FORBIDDEN}).get(name)
+    if broken:
+        print(f"⊘ {name}: not allowed, 0/{total}: graded cells may not use {', '.join(broken)} "
+              "(write it yourself: that is the exercise)")
+        return 0, total
+    if reuse and _PASSED.get(name) == code_key:
+        print(f"✓ {name}: {total}/{total} checks passed")
+        return total, total
+    seed = secrets.randbits(63)  # new inputs on every check
+    if cell_error:
+        results = [(t, "error", cell_error) for t in exercise.tests]
+    else:
+        results = gate([(t, *run_test(t, impl, graded.test_rng(seed, t))) for t in exercise.tests])
     passed = sum(outcome == "passed" for _, outcome, _ in results)
     if all(outcome == "not_implemented" for _, outcome, _ in results):
         print(f"· {name}: not implemented yet; replace the `raise NotImplementedError` in its cell")
-        return 0, len(results)
-    mark = "✓" if passed == len(results) else "✗"
-    print(f"{mark} {name}: {passed}/{len(results)} checks passed")
+        return 0, total
+    print(f"{'✓' if passed == total else '✗'} {name}: {passed}/{total} checks passed")
+    if passed == total:
+        _PASSED[name] = code_key
     for test, outcome, message in results:
         if outcome != "passed":
             print(f"  {SYMBOL[outcome]} {graded.describe(test)}: {message}")
-    if passed < len(results):
-        print(f"  hint: {exercise.hint}")
-    return passed, len(results)
+    if passed < total:
+        _FAILURES[name] = _FAILURES.get(name, 0) + 1
+        print(f"  {hint_for(exercise.hints, _FAILURES[name])}")
+        if any("NameError" in message for _, _, message in results):
+            print(f"  note: {RULE}")
+    return passed, total
 
 
-# ----------------------------------------------------------------------------- worker (subprocess side)
+# ----------------------------------------------------------------------------- the grader (parent side)
 
 
-def _worker(path: str, phase: str) -> None:
-    from tunix_lite.course import graded
-    from tunix_lite.course.notebook import load_impl
+def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | None = None,
+          tests_dir: str | Path | None = None, seed: int | None = None, previous: dict | None = None,
+          startup_timeout: float = STARTUP_SECONDS) -> dict:
+    """Grade one notebook in worker processes; returns the report `main` prints and saves.
 
-    exercises = graded.exercises(phase)
-    try:
-        impl = load_impl(path)
-        load_error = None
-    except BaseException as e:  # noqa: BLE001 - report, do not crash: every test then errors
-        impl, load_error = None, _short(f"the graded cells failed to run: {type(e).__name__}: {e}")
-    for ex in exercises:
-        for test in ex.tests:
-            if load_error:
-                outcome, message = "error", load_error
-            elif not hasattr(impl, ex.name):
-                outcome, message = "error", f"the notebook defines no function {ex.name!r} in a graded cell"
-            else:
-                outcome, message = run_test(test, impl)
-            print(_MARK + json.dumps({"exercise": ex.name, "test": test.__name__, "description": graded.describe(test),
-                                      "outcome": outcome, "message": message}), flush=True)
-
-
-# ----------------------------------------------------------------------------- grader (parent side)
-
-
-def grade(path: str | Path, *, timeout: float = 600, phase: str | None = None) -> dict:
-    """Grade one notebook in a subprocess; returns the report that `main` prints and saves."""
-    from tunix_lite.course import graded
-    from tunix_lite.course.notebook import phase_of
+    `previous` (the last report for this notebook) counts failing attempts, which unlock hint tiers."""
+    from tunix_lite.course import graded, rules
+    from tunix_lite.course.notebook import code_sources, defines, graded_code, phase_of, read
+    from tunix_lite.course.sandbox import Worker, reaping
 
     path = Path(path)
     phase = phase or phase_of(path)
-    expected = [(ex, t) for ex in graded.exercises(phase) for t in ex.tests]
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])  # works from a checkout without pip install
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    cmd = [sys.executable, "-m", "tunix_lite.course.grading", "--worker", str(path), "--phase", phase]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        stdout, stderr, status = proc.stdout, proc.stderr, ("ok" if proc.returncode == 0 else "crashed")
-    except subprocess.TimeoutExpired as e:
-        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        stderr, status = "", "timeout"
-    seconds = time.perf_counter() - start
-    results = {(r["exercise"], r["test"]): r for r in
-               (json.loads(line[len(_MARK):]) for line in stdout.splitlines() if line.startswith(_MARK))}
-    tests = []
-    for ex, test in expected:
-        r = results.get((ex.name, test.__name__))
-        if r is None:
-            why = f"grader {status} after {seconds:.0f}s" + (f": {_short(stderr)}" if stderr.strip() else "")
-            r = {"exercise": ex.name, "test": test.__name__, "description": graded.describe(test),
-                 "outcome": "timeout" if status == "timeout" else "error", "message": why}
-        tests.append(r)
-    rows = []
-    for ex in graded.exercises(phase):
-        mine = [t for t in tests if t["exercise"] == ex.name]
-        rows.append({"exercise": ex.name, "passed": sum(t["outcome"] == "passed" for t in mine),
-                     "total": len(mine), "status": _status(mine), "hint": ex.hint})
-    passed = sum(r["passed"] for r in rows)
-    total = sum(r["total"] for r in rows)
-    return {"notebook": str(path), "phase": phase, "score": passed, "max_score": total,
-            "percent": round(100.0 * passed / max(total, 1), 1), "seconds": round(seconds, 1),
-            "exercises": rows, "tests": tests}
+    module = graded.module_for(phase, tests_dir)
+    exercises = graded.exercises(phase, module)
+    by_name = {ex.name: ex for ex in exercises}
+    sources = code_sources(read(path))
+    code = graded_code(sources, by_name)
+    seed = secrets.randbits(63) if seed is None else seed
+    nonce = secrets.token_hex(16)
+    results: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def fill(names, outcome, message):
+        for name in names:
+            for test in by_name[name].tests:
+                results.setdefault((name, test.__name__), (outcome, message))
+
+    others = [src for src in sources if not defines(src, by_name)]
+    for name, used in rules.violations(code.cells, others, {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN
+                                                              for ex in exercises}).items():
+        fill([name], "not_allowed", f"graded cells may not use {', '.join(used)} (write it yourself)")
+    orders = {"nonce": nonce, "seed": seed, "phase": phase, "where": path.name, "imports": list(code.imports),
+              "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": [],
+              "tests_source": Path(module.__file__).read_text(encoding="utf-8") if tests_dir else None,
+              "tests_name": getattr(module, "__file__", "")}
+    ignored, start = 0, time.perf_counter()
+    fresh = dict(prefix="tunix-lite-grade-", ignore_cleanup_errors=True)
+    with (reaping() as sweep, tempfile.TemporaryDirectory(**fresh) as workdir,
+          tempfile.TemporaryDirectory(**fresh) as logdir):
+        for attempt in range(len(exercises) + len(code.cells) + 1):
+            todo = [ex.name for ex in exercises if any((ex.name, t.__name__) not in results for t in ex.tests)]
+            if not todo:
+                break
+            worker = Worker([sys.executable, "-m", "tunix_lite.course.worker"], orders | {"exercises": todo},
+                            workdir=workdir, log=os.path.join(logdir, f"{attempt}.log"))
+            state = {"deadline": time.monotonic() + startup_timeout, "cell": None, "exercise": None}
+            finished = timed_out = False
+            for message in worker.messages(lambda: state["deadline"]):
+                if message is None:
+                    timed_out = True
+                    break
+                if message.get("nonce") != nonce:
+                    ignored += 1  # not from our worker's own sender: forged, or garbled
+                    continue
+                kind = message.get("kind")
+                if kind in ("cell", "loaded", "start"):
+                    state["deadline"] = time.monotonic() + timeout
+                    state["cell"] = message.get("index") if kind == "cell" else None
+                    state["exercise"] = message.get("exercise") if kind == "start" else None
+                elif kind == "result":
+                    key = (message.get("exercise"), message.get("test"))
+                    if key[0] in by_name and key[1] in {t.__name__ for t in by_name[key[0]].tests}:
+                        results.setdefault(key, (str(message.get("outcome")), str(message.get("message"))))
+                elif kind == "done":
+                    finished = True
+                    break
+            worker.stop()
+            sweep()
+            if finished:
+                continue
+            tail = worker.log_tail().strip().splitlines()[-1:] or ["no output"]
+            outcome, why = (("timeout", f"ran past the {timeout:.0f} s limit of one exercise") if timed_out
+                            else ("error", f"the worker exited: {tail[0][:200]}"))
+            if state["exercise"] in by_name:
+                fill([state["exercise"]], outcome, why)
+            elif state["cell"] is not None:
+                orders["skip_cells"].append(state["cell"])
+                fill(code.cells[state["cell"]][1], outcome, f"its cell {why.replace('one exercise', 'a cell')}")
+            else:
+                fill(by_name, outcome, f"the grader could not start: {why}")
+    return _report(path, phase, exercises, results, seed=seed, seconds=time.perf_counter() - start,
+                   tests_dir=tests_dir, ignored=ignored, previous=previous)
+
+
+def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, ignored, previous) -> dict:
+    from tunix_lite.course import graded
+
+    before = {r["exercise"]: r.get("failures", 0) for r in (previous or {}).get("exercises", [])}
+    tests, rows = [], []
+    for ex in exercises:
+        gated = gate([(t, *results.get((ex.name, t.__name__), ("error", "no result"))) for t in ex.tests])
+        mine = [{"exercise": ex.name, "test": t.__name__, "description": graded.describe(t), "outcome": outcome,
+                 "message": message} for t, outcome, message in gated]
+        tests += mine
+        status = _status(mine)
+        failures = 0 if status == "passed" else before.get(ex.name, 0) + (status != "not implemented")
+        rows.append({"exercise": ex.name, "passed": sum(t["outcome"] == "passed" for t in mine), "total": len(mine),
+                     "status": status, "failures": failures,
+                     "hint": hint_for(ex.hints, failures) if status not in ("passed", "not implemented") else ""})
+    passed, total = sum(r["passed"] for r in rows), sum(r["total"] for r in rows)
+    return {"notebook": str(path), "phase": phase, "seed": seed, "tests": tests,
+            "hidden_tests": str(tests_dir) if tests_dir else None, "score": passed, "max_score": total,
+            "percent": round(100.0 * passed / max(total, 1), 1), "seconds": round(seconds, 1), "exercises": rows,
+            "ignored_messages": ignored, "note": SELF_ASSESSMENT}
 
 
 def _status(tests: list[dict]) -> str:
@@ -171,43 +287,87 @@ def _status(tests: list[dict]) -> str:
         return "passed"
     if outcomes == {"not_implemented"}:
         return "not implemented"
-    return "timeout" if "timeout" in outcomes else "failing"
+    for outcome, status in (("not_allowed", "not allowed"), ("timeout", "timeout")):
+        if outcome in outcomes:
+            return status
+    return "failing"
 
 
 def format_report(report: dict) -> str:
     width = max(len("exercise"), *(len(r["exercise"]) for r in report["exercises"]))
-    lines = [f"grading {report['notebook']} (phase {report['phase']})",
+    lines = [f"grading {report['notebook']} (phase {report['phase']}, seed {report['seed']}"
+             + (f", hidden tests {report['hidden_tests']})" if report["hidden_tests"] else ")"),
              f"{'exercise':<{width}}  tests  status"]
     for r in report["exercises"]:
         lines.append(f"{r['exercise']:<{width}}  {r['passed']:>2}/{r['total']:<2}  {r['status']}")
     lines.append(f"{'score':<{width}}  {report['score']:>2}/{report['max_score']:<2}  "
                  f"{report['percent']:.0f}% in {report['seconds']:.0f}s")
-    failing = [t for t in report["tests"] if t["outcome"] not in ("passed", "not_implemented")]
-    for t in failing:
-        lines.append(f"  {SYMBOL[t['outcome']]} {t['exercise']}: {t['description']}: {t['message']}")
+    for t in report["tests"]:
+        if t["outcome"] not in ("passed", "not_implemented"):
+            lines.append(f"  {SYMBOL[t['outcome']]} {t['exercise']}: {t['description']}: {t['message']}")
+    lines += [f"  {r['exercise']}: {r['hint']}" for r in report["exercises"] if r["hint"]]
+    if report["ignored_messages"]:
+        lines.append(f"ignored {report['ignored_messages']} result line(s) that did not come from the grader")
+    lines.append(report["note"])
     return "\n".join(lines)
 
 
+def gradescope(report: dict) -> dict:
+    """The report as Gradescope's autograder results.json (one entry per test, visible to the learner)."""
+    return {"score": report["score"], "max_score": report["max_score"], "execution_time": report["seconds"],
+            "visibility": "visible", "stdout_visibility": "hidden",
+            "output": f"phase {report['phase']}, seed {report['seed']}: {report['score']}/{report['max_score']}",
+            "tests": [{"name": f"{t['exercise']}: {t['description']}", "number": f"{i + 1}",
+                       "score": float(t["outcome"] == "passed"), "max_score": 1.0,
+                       "status": "passed" if t["outcome"] == "passed" else "failed",
+                       "output": f"{t['outcome']}: {t['message']}" if t["message"] else t["outcome"]}
+                      for i, t in enumerate(report["tests"])]}
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write atomically: a reader (or a crash) never sees half a file, and the old file stays until the new
+    one is complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`tunix-lite grade`: 0 when every test passes, 1 when some fail, 2 when the notebook is missing."""
+    """`tunix-lite grade`: 0 when every test passes, 1 when some fail, 2 on bad arguments."""
     parser = argparse.ArgumentParser(prog="tunix-lite grade", description=__doc__.splitlines()[0])
     parser.add_argument("notebook", help="a course notebook, e.g. exercises/01_jax_nnx_exercises.ipynb")
     parser.add_argument("--json", help="where to write the JSON report (default: ./<notebook>.grade.json)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds before the grader gives up")
+    parser.add_argument("--timeout", type=float, default=EXERCISE_SECONDS,
+                        help=f"seconds allowed per exercise and per graded cell (default {EXERCISE_SECONDS:.0f})")
     parser.add_argument("--phase", help="override the phase read from the file name (NN_...)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tests", help="instructor mode: a folder of hidden test modules (phaseNN.py); also "
+                                        "writes Gradescope's results.json beside the JSON report")
+    parser.add_argument("--seed", type=int, help="reproduce a run's inputs (default: a fresh random seed)")
     args = parser.parse_args(argv)
-    if args.worker:
-        _worker(args.notebook, args.phase)
-        return 0
     if not Path(args.notebook).is_file():
         print(f"no such notebook: {args.notebook}", file=sys.stderr)
         return 2
-    report = grade(args.notebook, timeout=args.timeout, phase=args.phase)
-    print(format_report(report))
     out = Path(args.json or f"{Path(args.notebook).stem}.grade.json")
-    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    try:
+        previous = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
+    except ValueError:
+        previous = None
+    try:
+        report = grade(args.notebook, timeout=args.timeout, phase=args.phase, tests_dir=args.tests, seed=args.seed,
+                       previous=previous if previous and previous.get("notebook") == args.notebook else None)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        print(f"tunix-lite grade: error: {e}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    write_json(out, report)
     print(f"wrote {out}")
+    if args.tests:
+        write_json(out.parent / "results.json", gradescope(report))
+        print(f"wrote {out.parent / 'results.json'} (Gradescope)")
     return 0 if report["score"] == report["max_score"] else 1
 
 

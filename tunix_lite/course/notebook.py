@@ -1,20 +1,28 @@
 """Read course notebooks and turn a learner's notebook into an importable implementation.
 
-Only two kinds of code run when a notebook is graded: cells tagged `graded` (the exercise functions)
-and the top-level import statements of every other code cell. Plots, demos, slow model loads and
-`check()` calls are skipped, so grading takes seconds and a broken demo cell costs no points.
+The rule, the same for `check()` and `tunix-lite grade`: what runs is the top-level imports of every code
+cell, then every cell that defines an exercise function (`def masked_mean(...)` at the start of a line),
+in notebook order, each on its own. Plots, demos, slow model loads and `check()` calls do not run, so a
+broken demo cell (a failed import included) costs no points, and a cell that fails costs only the exercises
+it defines. A helper that lives in another cell is not there: define it in the cell that uses it.
+
+The `graded` tag marks those cells in solutions/ (the build strips solutions only there); the grader finds
+them by what they define, so a copied or re-tagged notebook grades the same.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import types
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 GRADED_TAG = "graded"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+_TOP_LEVEL_DEF = re.compile(r"^(?:async\s+)?def\s+(\w+)\s*\(", re.MULTILINE)  # also finds defs in broken cells
 
 
 def read(path: str | Path) -> dict:
@@ -30,6 +38,10 @@ def is_graded(cell: dict) -> bool:
     return cell["cell_type"] == "code" and GRADED_TAG in cell.get("metadata", {}).get("tags", [])
 
 
+def code_sources(nb: dict) -> list[str]:
+    return [source(c) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
 def phase_of(path: str | Path) -> str:
     """'01' for '.../01_jax_nnx_exercises.ipynb'."""
     m = re.match(r"(\d+)_", Path(path).name)
@@ -38,32 +50,92 @@ def phase_of(path: str | Path) -> str:
     return m.group(1)
 
 
-def _without_magics(src: str) -> str:
-    """Blank out IPython-only lines (%magic, !shell) so the cell parses as Python."""
+def without_magics(src: str) -> str:
+    """Blank out IPython-only lines (%magic, !shell) so the cell parses as Python (line numbers kept)."""
     return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
 
 
-def _imports(src: str) -> list[str]:
+def parse(src: str) -> ast.Module | None:
     try:
-        tree = ast.parse(_without_magics(src))
+        return ast.parse(without_magics(src))
     except SyntaxError:
-        return []  # a broken demo cell: its imports are not needed to grade
-    return [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        return None
 
 
-def graded_code(nb: dict) -> str:
-    """The code a grader runs: every top-level import, then the graded cells in order."""
-    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    imports = [line for c in cells if not is_graded(c) for line in _imports(source(c))]
-    graded = [_without_magics(source(c)) for c in cells if is_graded(c)]
-    return "\n".join(dict.fromkeys(imports)) + "\n\n" + "\n\n".join(graded) + "\n"
+def defines(src: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The exercise functions a cell defines at top level (found textually, so a broken cell counts too)."""
+    wanted = set(names)
+    return tuple(dict.fromkeys(n for n in _TOP_LEVEL_DEF.findall(src) if n in wanted))
 
 
-def load_impl(path: str | Path) -> types.ModuleType:
-    """Execute a notebook's graded code in a fresh module and return it (the `impl` the tests call)."""
+def top_level_imports(src: str) -> list[str]:
+    tree = parse(src)
+    return [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))] if tree else []
+
+
+@dataclasses.dataclass(frozen=True)
+class GradedCode:
+    """What a grader runs: import statements (each alone; a failing one is skipped), then the graded cells."""
+
+    imports: tuple[str, ...]
+    cells: tuple[tuple[str, tuple[str, ...]], ...]  # (source, exercise functions it defines)
+
+    @property
+    def sources(self) -> list[str]:
+        return [src for src, _ in self.cells]
+
+
+def graded_code(sources: Sequence[str], names: Iterable[str]) -> GradedCode:
+    """Split a notebook's code cells by the rule above; `names` are the phase's exercise functions."""
+    names = tuple(names)
+    cells, imports = [], []
+    for src in sources:
+        found = defines(src, names)
+        if found:
+            cells.append((without_magics(src), found))
+        else:
+            imports += top_level_imports(src)
+    return GradedCode(tuple(dict.fromkeys(imports)), tuple(cells))
+
+
+def build_impl(code: GradedCode, *, where: str = "notebook", skip_cells: Iterable[int] = (),
+               before_cell: Callable[[int], None] | None = None) -> tuple[types.ModuleType, dict[str, str]]:
+    """Run `code` in a fresh module: (module, {exercise: why its cell failed}). Nothing here is caught
+    silently: a failed import shows up as the NameError of the function that needed it."""
+    module = types.ModuleType(f"notebook_{Path(where).stem}")
+    module.__file__ = where
+    for statement in code.imports:
+        try:
+            exec(compile(statement, f"{where} (imports)", "exec"), module.__dict__)  # noqa: S102
+        except Exception:  # noqa: BLE001 - a demo's missing package must not cost the graded cells anything
+            pass
+    errors, skip_cells = {}, set(skip_cells)
+    for index, (src, names) in enumerate(code.cells):
+        if index in skip_cells:
+            continue
+        if before_cell:
+            before_cell(index)
+        try:
+            exec(compile(src, f"{where}, the cell defining {', '.join(names)}", "exec"), module.__dict__)  # noqa: S102
+        except BaseException as e:  # noqa: BLE001 - sys.exit() in a cell is its own failure, not the grader's
+            for name in names:
+                errors[name] = _short(f"the cell defining {name} failed: {type(e).__name__}: {e}")
+    return module, errors
+
+
+def load_impl(path: str | Path, names: Iterable[str] | None = None) -> types.ModuleType:
+    """A notebook's implementation, built by the rule above (pytest's `impl`); a failing cell raises."""
+    from tunix_lite.course import graded
+
     path = Path(path)
-    module = types.ModuleType(f"notebook_{path.stem}")
-    module.__file__ = str(path)
-    code = compile(graded_code(read(path)), str(path), "exec")
-    exec(code, module.__dict__)  # noqa: S102 - running the learner's own notebook is the point
+    names = names or [ex.name for ex in graded.exercises(phase_of(path))]
+    module, errors = build_impl(graded_code(code_sources(read(path)), names), where=str(path))
+    if errors:
+        raise RuntimeError(f"{path}: " + "; ".join(errors.values()))
     return module
+
+
+def _short(message: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    text = " | ".join(lines)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
