@@ -203,12 +203,12 @@ def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
     # a JSONL file with a bad row: one line naming the file, the row and the column; nothing is written
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"prompt": "Which is larger, 3 or 5?", "chosen": "<answer>5</answer>", "rejected": "<answer>3</answer>"}] * 3
-    rows[2] = rows[2] | {"rejected": {"text": "3"}}
+    rows[2] = rows[2] | {"rejected": "  "}  # (a column of another type is the record reader's error, by line)
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(SMALL_RUN | {"train_data": str(pairs), "validation_data": str(pairs),
                                                "output_dir": str(tmp_path / "bad_run")}))
     assert main(["train", "--config", str(bad)]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after `datasets`' progress lines
-    assert last.startswith(f"tunix-lite train: error: {pairs}: row 2, column 'rejected': expected a string or a list")
+    assert last == f"tunix-lite train: error: {pairs}: row 2, column 'rejected': empty completion; give it text or drop the row"
     assert not (tmp_path / "bad_run").exists()

@@ -153,7 +153,8 @@ def _messages(value, index: int, column: str, role: str) -> list[dict]:
     where = f"row {index}, column {column!r}"
     if isinstance(value, str):
         if not value.strip():
-            raise ValueError(f"{where}: empty {'completion' if role == 'assistant' else 'prompt'}")
+            raise ValueError(f"{where}: empty {'completion' if role == 'assistant' else 'prompt'}; give it text or "
+                             "drop the row")
         return [{"role": role, "content": value}]
     if isinstance(value, Sequence) and value and all(isinstance(m, Mapping) for m in value):
         for i, message in enumerate(value):
@@ -161,7 +162,7 @@ def _messages(value, index: int, column: str, role: str) -> list[dict]:
                 raise ValueError(f"{where}: message {i} content must be a str, got "
                                  f"{type(message.get('content')).__name__}")
         if role == "assistant" and not any(m["content"].strip() for m in value):
-            raise ValueError(f"{where}: empty completion")
+            raise ValueError(f"{where}: empty completion; give it text or drop the row")
         return list(value)
     if isinstance(value, Sequence):
         got = "an empty list" if not value else "a list with items that are not dicts"
