@@ -107,6 +107,15 @@ def test_a_reward_that_does_not_exist_is_named(tmp_path, monkeypatch):
     assert load_pipeline(path).stages[0].config.rewards == ["math", "reasoning_format"]
 
 
+def test_the_agent_recipe_checks_as_a_pipeline(tmp_path):
+    """Notebook 09's agent recipe (SFT on tool-use demonstrations, then `algorithm: agent`) passes the checks."""
+    path = pipeline_file(tmp_path, "tiny", data={"tasks": "calculator", "n_train": 16}, defaults={"seq_len": 128, "warmup_steps": 0},
+                         stages=[{"name": "sft", "algorithm": "sft", "steps": 2},
+                                 {"name": "rl", "algorithm": "agent", "steps": 2, "group_size": 2, "n_eval": 0}])
+    stages = load_pipeline(path).stages
+    assert [type(s.config).__name__ for s in stages] == ["SFTConfig", "AgentConfig"] and stages[1].source == "sft"
+
+
 SFT_ONLY = [{"name": "sft", "algorithm": "sft", "steps": 6, "checkpoint_every": 2}]
 
 

@@ -22,6 +22,7 @@ ALGORITHMS = {
     "distill": ("tunix_lite.distill.distill", "DistillConfig", "run_distill"),
     "grpo": ("tunix_lite.rl.grpo", "GRPOConfig", "run_grpo"),
     "ppo": ("tunix_lite.rl.ppo", "PPOConfig", "run_ppo"),
+    "agent": ("tunix_lite.agent", "AgentConfig", "run_agent"),
 }
 
 
