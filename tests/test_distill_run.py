@@ -122,4 +122,8 @@ def test_config_errors_name_the_key(teacher_dir, tmp_path):
         config(teacher_dir, tmp_path, top_k=8, packing=True)
     with pytest.raises(ConfigError, match=r"layer_map \{0: 5\}: the student has blocks 0\.\.0 and the teacher 0\.\.1"):
         run_distill(config(teacher_dir, tmp_path, attention_weight=1.0, layer_map={0: 5}), verbose=False)
+    with pytest.raises(ConfigError, match=r"student_layers: \[1, 2\] must be distinct block indices of .*teacher\w*, "
+                                          r"which has blocks 0\.\.1$"):
+        run_distill(config(teacher_dir, tmp_path, student_layers=[1, 2]), verbose=False)
+    assert not (tmp_path / "run").exists()  # both refused before any weights were read
     assert config(teacher_dir, tmp_path, teacher=None, alpha=0.0).teacher is None  # the CE-only baseline

@@ -106,6 +106,27 @@ def check_vocabularies(config: DistillConfig) -> None:
                           f"{config.model} {student_cfg.vocab_size:,}; they must match")
 
 
+def check_layers(config: DistillConfig) -> None:
+    """student_layers and layer_map against the two models' depths, read from their configs before any weights
+    load; a bad index is one ConfigError naming the key."""
+    from tunix_lite.loading import model_config
+
+    student_cfg = model_config(config.model)
+    if student_cfg is None:  # a hub id: its depth is known after the download (keep_layers checks it then)
+        return
+    total = student_cfg.num_layers
+    layers = config.student_layers
+    if layers and (any(not 0 <= i < total for i in layers) or len(set(layers)) != len(layers)):
+        raise ConfigError(f"student_layers: {layers} must be distinct block indices of {config.model}, which has "
+                          f"blocks 0..{total - 1}")
+    teacher_cfg = model_config(config.teacher) if config.teacher is not None else None
+    if config.transfer and config.layer_map is not None and teacher_cfg is not None:
+        try:
+            check_layer_map(config.layer_map, len(layers) if layers else total, teacher_cfg.num_layers)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
 def _layer_map(config: DistillConfig, student, teacher) -> tuple[tuple[int, int], ...]:
     if not config.transfer:
         return ()
@@ -142,6 +163,7 @@ def run_distill(config: DistillConfig, *, verbose: bool = True) -> RunResult:
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
     if config.teacher is not None:
         check_vocabularies(config)
+    check_layers(config)
     model, tokenizer = build_model(config)
     if config.student_layers:
         keep_layers(model, config.student_layers)
