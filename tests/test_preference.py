@@ -173,6 +173,11 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
         DPOConfig(loss_type="ipo", label_smoothing=0.1).validate()
     with pytest.raises(ValueError, match="label_smoothing: the robust loss needs the flip probability"):
         DPOConfig(loss_type="robust").validate()
+    with pytest.raises(ValueError, match="reference: 'online' has no effect with loss_type 'orpo'"):
+        DPOConfig(loss_type="orpo", reference="online").validate()
+    with pytest.raises(ValueError, match="KTO's class weights have no effect with loss_type 'sigmoid'"):
+        DPOConfig(undesirable_weight=1.33).validate()
+    DPOConfig(loss_type="kto", undesirable_weight=1.33).validate()
     with pytest.raises(ValueError, match="loss_type: 'dpo' is not supported; choose one of 'sigmoid'"):
         DPOConfig.from_dict({"loss_type": "dpo"})
     path = tmp_path / "dpo.yaml"

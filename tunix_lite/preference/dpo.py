@@ -79,6 +79,12 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
         if self.nll_weight and self.loss_type in ("orpo", "kto"):
             raise ConfigError(f"nll_weight: {self.nll_weight} is for the pairwise losses; {self.loss_type} "
                               f"{'has its own NLL term' if self.loss_type == 'orpo' else 'has no chosen completion'}")
+        if self.reference == "online" and self.loss_type in losses.REFERENCE_FREE:
+            raise ConfigError(f"reference: 'online' has no effect with loss_type {self.loss_type!r}, which needs no "
+                              "reference model; remove the key")
+        if self.loss_type != "kto" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
+            raise ConfigError(f"desirable_weight/undesirable_weight: KTO's class weights have no effect with "
+                              f"loss_type {self.loss_type!r}; remove them or use loss_type: kto")
         if self.loss_type == "robust" and not self.label_smoothing:
             raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
 
