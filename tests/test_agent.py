@@ -104,3 +104,11 @@ def test_rollouts_answer_calls_in_a_second_turn_of_the_same_batch_size(tokenizer
 
     no_tool = rollout(ScriptedSampler(tokenizer, script), prompts, group_size=2, max_new_tokens=24, tool=None)
     assert [t.reply for t in no_tool] == script[0] and all(t.tool_calls == 0 for t in no_tool)
+
+
+def test_agent_config_refuses_the_reasoning_tasks_held_out_check():
+    from tunix_lite.agent import AgentConfig
+
+    with pytest.raises(ValueError, match="n_test: 50 is GRPO's held-out check of the reasoning tasks; the agent "
+                                         "evaluates calculator problems with n_eval"):
+        AgentConfig.from_dict({"algorithm": "agent", "n_test": 50})

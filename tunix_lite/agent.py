@@ -226,6 +226,9 @@ class AgentConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, 
         if self.group_size < 2:
             raise ConfigError(f"group_size: GRPO compares a prompt's trajectories; need at least 2, got "
                               f"{self.group_size}")
+        if self.n_test:
+            raise ConfigError(f"n_test: {self.n_test} is GRPO's held-out check of the reasoning tasks; the agent "
+                              "evaluates calculator problems with n_eval (set n_test: 0)")
 
 
 def _agent_data(config):
