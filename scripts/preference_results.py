@@ -49,22 +49,27 @@ def tiny(args) -> tuple[str, dict]:
     if not Path(args.sft).is_dir():
         sys.exit(f"{args.sft} does not exist: run `tunix-lite train --config configs/sft_tiny.yaml` first")
     test = preference_pairs(args.n_test, seed=2024, split="test")
-    quiet = dict(output_dir=None, n_accuracy=0, eval_every=0)
-    scores, seconds = {}, {}
-    for name, config_file, start in (("dpo", "configs/dpo_tiny.yaml", args.sft), ("orpo", "configs/orpo_tiny.yaml", "tiny")):
+    quiet = dict(output_dir=None, n_accuracy=0, eval_every=0) | ({"n_train": args.n_train} if args.n_train else {})
+    runs = {"dpo": ("configs/dpo_tiny.yaml", args.sft, "SFT model", "SFT → DPO"),
+            "orpo": ("configs/orpo_tiny.yaml", "tiny", "pretrained tiny", "tiny → ORPO")}
+    scores, seconds, columns, steps = {}, {}, {}, {}
+    for name in args.runs.split(","):
+        config_file, start, before_name, after_name = runs[name]
         reference, tokenizer = tunix_lite.load(start)
         config = load_config(config_file, model=start, **quiet)
         scores[f"{name}_before"] = heldout_report(reference, reference, tokenizer, test, beta=config.beta)
+        print(json.dumps({f"{name}_before": scores[f"{name}_before"]}), flush=True)
         began = time.perf_counter()
         result = run_dpo(config)
-        seconds[name] = time.perf_counter() - began
+        seconds[name], steps[name] = time.perf_counter() - began, config.steps
         scores[f"{name}_after"] = heldout_report(result.model, reference, tokenizer, test, beta=config.beta)
-    text = table({"SFT model": scores["dpo_before"], "SFT → DPO": scores["dpo_after"],
-                  "pretrained tiny": scores["orpo_before"], "tiny → ORPO": scores["orpo_after"]})
+        columns |= {before_name: scores[f"{name}_before"], after_name: scores[f"{name}_after"]}
+        print(json.dumps({name: {"before": scores[f"{name}_before"], "after": scores[f"{name}_after"]}}), flush=True)
+    text = table(columns)
+    took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
     note = (f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
-            f"split=\"test\")`); implicit rewards against each run's starting model, β = 0.1. Training took "
-            f"{seconds['dpo']:.0f} s (DPO, {load_config('configs/dpo_tiny.yaml', model=args.sft).steps} steps) and "
-            f"{seconds['orpo']:.0f} s (ORPO) on 2 shared CPU cores.")
+            f"split=\"test\")`); implicit rewards against each run's starting model, β = 0.1"
+            f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")
     return text + "\n\n" + note, scores
 
 
@@ -127,6 +132,9 @@ def main() -> int:
     parser.add_argument("--sft", default="runs/sft_tiny/model", help="the SFT stage's model (configs/sft_tiny.yaml)")
     parser.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 140; Gemma 32)")
     parser.add_argument("--steps", type=int, default=None, help="Gemma: override the config's steps")
+    parser.add_argument("--runs", default="dpo,orpo", help="tiny: which recipes, in order (dpo, orpo)")
+    parser.add_argument("--n-train", type=int, default=None, help="tiny: override the configs' n_train (the "
+                                                                   "reference log-probs cover every training pair)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table (.md) and the scores (.json)")
     args = parser.parse_args()
     args.n_test = args.n_test or (32 if args.gemma else 140)

@@ -217,3 +217,17 @@ def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after `datasets`' progress lines
     assert last == f"tunix-lite train: error: {pairs}: row 2, column 'rejected': empty completion; give it text or drop the row"
     assert not (tmp_path / "bad_run").exists()
+
+
+def test_heldout_report_of_the_reference_itself_ties_every_pair():
+    """The held-out scale of scripts/preference_results.py: before training (policy == reference) every margin is
+    exactly 0, so rewards/accuracies is 0 and the loss log 2 (no float noise counted as a win)."""
+    import tunix_lite
+    from tunix_lite.data.synthetic import preference_pairs
+    from tunix_lite.preference.evaluation import heldout_report
+
+    model, tokenizer = tunix_lite.load("tiny")
+    scores = heldout_report(model, model, tokenizer, preference_pairs(6, seed=3, split="test"), batch_size=8,
+                            generate=False)
+    assert scores["rewards/margins"] == 0 and scores["rewards/accuracies"] == 0 and scores["count"] == 6
+    assert scores["loss"] == pytest.approx(np.log(2), rel=1e-6)

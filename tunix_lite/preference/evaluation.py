@@ -60,7 +60,8 @@ def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_l
     data = tokenize_pairs(pairs, tokenizer, seq_len=seq_len, truncation="drop")
     extras = {"ref_logps": reference_log_probs(reference, data, batch_size)}
     batches = PreferenceBatches(data, batch_size, shuffle=False, extras=extras).epoch(0)
-    scores = evaluate(policy, PreferenceLoss("sigmoid", beta=beta), batches)
+    # the policy scored as the reference was (the same completion window), so that policy == reference ties exactly
+    scores = evaluate(policy, PreferenceLoss("sigmoid", beta=beta, completion_window=data.longest_completion), batches)
     if generate:
         records = [{"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"], "domain": p["domain"]}
                    for p in pairs]
