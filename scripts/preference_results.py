@@ -46,7 +46,7 @@ def tiny(args) -> tuple[str, dict]:
     from tunix_lite.preference.evaluation import heldout_report
     from tunix_lite.training.algorithms import load_config
 
-    if not Path(args.sft).is_dir():
+    if "dpo" in args.runs.split(",") and not Path(args.sft).is_dir():
         sys.exit(f"{args.sft} does not exist: run `tunix-lite train --config configs/sft_tiny.yaml` first")
     test = preference_pairs(args.n_test, seed=2024, split="test")
     quiet = dict(output_dir=None, n_accuracy=0, eval_every=0) | ({"n_train": args.n_train} if args.n_train else {})
