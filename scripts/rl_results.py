@@ -5,6 +5,7 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
     python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
+                                                        # (the .md keeps its hand-written part above MARKER)
 
 Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS), so they
 differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out test split of the
@@ -35,6 +36,7 @@ VARIANTS = {
     "ppo": ("ppo", {}, "PPO: value head on the policy's features, GAE, whitened advantages"),
     "format_only": ("grpo", {"rewards": ["format"]}, "GRPO rewarded for the answer tag alone (reward hacking)"),
 }
+MARKER = "<!-- below: written by `python scripts/rl_results.py table` -->"
 HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
 
 
@@ -168,7 +170,9 @@ def main() -> int:
     else:
         results = {p.stem: json.loads(p.read_text()) for p in sorted(args.dir.glob("*.json"))}
         text = table(results)
-        (OUT / "06_rl.md").write_text(text + "\n", encoding="utf-8")
+        path = OUT / "06_rl.md"  # what is above the marker (the status, runs without a JSON) is kept
+        kept = path.read_text(encoding="utf-8").split(MARKER)[0] if path.is_file() else ""
+        path.write_text(kept + MARKER + "\n\n" + text + "\n", encoding="utf-8")
         plot(results, OUT / "06_rl.png")
         print(text)
     return 0
