@@ -4,6 +4,7 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py sft                    # stage 1: configs/sft_tiny.yaml -> runs/sft_tiny/model
     python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
     python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
+    python scripts/rl_results.py overfit                # the sanity check: GRPO drives 4 prompts to exact match
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
                                                         # (the .md keeps its hand-written part above MARKER)
 
@@ -89,6 +90,18 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None) ->
             "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
 
 
+def overfit(steps: int = 30) -> list[float]:
+    """Can GRPO learn at all? The pretrained tiny model, 4 `compare` prompts, G = 8, exact-match reward only,
+    beta = 0, learning rate 3e-4: the rollouts' exact match per step (it should climb towards 1 within ~10 steps)."""
+    from tunix_lite.rl.grpo import GRPOConfig, run_grpo
+
+    config = GRPOConfig(model="tiny", train_data="synthetic", domains=["compare"], n_train=4, n_validation=4,
+                        truncation="drop", seq_len=80, max_new_tokens=32, group_size=8, batch_size=4, steps=steps,
+                        learning_rate=3e-4, warmup_steps=1, beta=0.0, rewards=["exact_match"], n_accuracy=0,
+                        n_test=0, eval_every=0, log_every=1, output_dir=None, seed=1)
+    return [round(h["reward/exact_match"], 2) for h in run_grpo(config, verbose=False).history]
+
+
 def _value(text: str):
     """A --set value as YAML reads it, with 3e-5 a number (YAML 1.1 wants 3.0e-5)."""
     import yaml
@@ -148,7 +161,7 @@ def plot(results: dict[str, dict], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("sft", "run", "table"))
+    parser.add_argument("what", choices=("sft", "run", "overfit", "table"))
     parser.add_argument("variant", nargs="?", choices=tuple(VARIANTS))
     parser.add_argument("--steps", type=int, default=None, help="override the config's steps")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -158,6 +171,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.what == "sft":
         run_sft()
+    elif args.what == "overfit":
+        print("rollout exact match per step:", overfit(args.steps or 30))
     elif args.what == "run":
         if args.variant is None:
             parser.error("run: name a variant")
