@@ -254,10 +254,72 @@ def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
                          decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9), weight_bytes=weight_bytes)
 
 
+class IdsOnly:
+    """The tokenizer a Sampler needs for prompts given as ids on a random model: padding ids, no text."""
+
+    pad_id, eos_id = common.PAD, common.EOS
+
+    def decode(self, ids, **kwargs) -> str:
+        return ""
+
+
+def run_grpo(name: str, w: dict, steps: int, warmup: int) -> dict:
+    """grpo: one step = a rollout and one update, through the library's RL pieces. Rollout: the KV-cache `Sampler`
+    on the live policy (what `tunix_lite.rl.engine.SamplerEngine` wraps), `group` samples of each prompt from one
+    prefill, temperature 1.0, stop_ids=[-1] (every completion makes exactly `completion` tokens). Then
+    common.parity_reward, `grpo_advantages`, `rollout_rows` and one `Trainer.step` of `grpo_loss` (clip epsilon,
+    beta * k3 to a frozen clone of the initial policy run inside the step as the trainer's `frozen`,
+    sequence-mean-token-mean). `rollout_tokens_per_s` = generated tokens / median rollout seconds."""
+    import functools
+    import time
+
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from tunix_lite.data.rollouts import rollout_rows
+    from tunix_lite.rl.advantages import grpo_advantages
+    from tunix_lite.rl.grpo import grpo_loss
+    from tunix_lite.sampler import Sampler
+    from tunix_lite.training.trainer import Trainer
+
+    model, _ = build_model(w["shape"])
+    reference = nnx.clone(model)
+    reference.eval()
+    o = common.OPTIMIZER
+    tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
+    loss = functools.partial(grpo_loss, epsilon_low=w["epsilon"], epsilon_high=w["epsilon"], beta=w["beta"],
+                             kl_estimator="k3", aggregation="sequence-mean-token-mean")
+    trainer = Trainer(model, tx, loss, frozen=reference)
+    P, N, G = w["prompt"], w["completion"], w["group"]
+    prompts = common.grpo_prompts(model.config.vocab_size, w["prompts"], P)
+    sampler = Sampler(model, IdsOnly(), stop_ids=[-1], bucket=P)
+    rollout_s, seed = [], iter(range(10**6))
+
+    def step():
+        start = time.perf_counter()
+        out = sampler.generate(prompts, N, num_samples=G, temperature=w["temperature"], seed=next(seed))
+        rollout_s.append(time.perf_counter() - start)
+        rewards = np.asarray([common.parity_reward(row[:n]) for row, n in zip(out.tokens, out.lengths)], np.float32)
+        rows = rollout_rows(out, P + N - 1, common.PAD) | {"advantages": np.asarray(grpo_advantages(rewards, G))}
+        return float(trainer.step(rows)["loss"])
+
+    with RssSampler() as rss:
+        first, times = common.time_steps(step, steps, warmup)
+    rollout = float(np.median(rollout_s[-len(times):]))
+    record = common.result(IMPL, name, step_times=times, tokens_per_step=common.tokens_per_step(name),
+                           first_step_s=first, flops_per_step=common.workload_flops(name)["step"],
+                           steps_peak_mb=rss.peak, final_loss=trainer.history[-1]["loss"],
+                           rollout_tokens_per_s=w["prompts"] * G * N / rollout, rollout_s=rollout)
+    record["update_s"] = record["step_s"]["median"] - rollout
+    return record
+
+
 def main():
     args = common.impl_args(__doc__)
     w = common.WORKLOADS[args.workload]
-    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference, distill=run_distill)
+    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference, distill=run_distill,
+                   grpo=run_grpo)
     if w["kind"] not in runners:
         print(f"tunix_lite: workload {args.workload} ({w['kind']}) not implemented yet", file=sys.stderr)
         sys.exit(common.NOT_APPLICABLE)

@@ -1,0 +1,197 @@
+"""Held-out results of RL on the tiny model: GRPO after SFT, its variants and PPO on the same budget, and reward
+hacking with a format-only reward (the static results notebooks/06_reinforcement_learning.ipynb shows).
+
+    python scripts/rl_results.py sft                    # stage 1: configs/sft_tiny.yaml -> runs/sft_tiny/model
+    python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
+    python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
+    python scripts/rl_results.py overfit                # the sanity check: GRPO drives 4 prompts to exact match
+    python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
+                                                        # (the .md keeps its hand-written part above MARKER)
+
+Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS), so they
+differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out test split of the
+synthetic tasks (scripts/course_results.py: never trained on, repeated prompts counted once, 95% Wilson
+intervals, a 128-token answer budget), before and after, per domain. Variants are independent processes: run them
+side by side on a machine with cores to spare (`taskset -c 2,3 python scripts/rl_results.py run rloo`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from course_results import ROOT, accuracy, samples, test_records  # noqa: E402
+
+OUT = ROOT / "course" / "results"
+SFT = ROOT / "runs" / "sft_tiny" / "model"
+# name -> (algorithm, overrides of configs/grpo_tiny.yaml, what it shows)
+VARIANTS = {
+    "grpo": ("grpo", {}, "GRPO as published: (r - mean) / std, sequence-mean-token-mean, k3 KL"),
+    "drgrpo": ("grpo", {"advantage": "drgrpo", "aggregation": "sequence-mean-token-sum-norm"},
+               "Dr. GRPO: r - mean, token sums / a constant length"),
+    "rloo": ("grpo", {"advantage": "rloo"}, "RLOO: leave-one-out baseline"),
+    "ppo": ("ppo", {}, "PPO: value head on the policy's features, GAE, whitened advantages"),
+    "format_only": ("grpo", {"rewards": ["format"]}, "GRPO rewarded for the answer tag alone (reward hacking)"),
+}
+MARKER = "<!-- below: written by `python scripts/rl_results.py table` -->"
+HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
+
+
+def config_for(variant: str, steps: int | None, changes: dict | None = None):
+    from tunix_lite.training.algorithms import config_class
+    from tunix_lite.training.config import read_yaml
+
+    algorithm, overrides, _ = VARIANTS[variant]
+    values = read_yaml(ROOT / "configs" / "grpo_tiny.yaml") | overrides | (changes or {})
+    values |= {"algorithm": algorithm, "model": str(SFT), "output_dir": None, "n_test": 0, "n_accuracy": 0,
+               "eval_every": 0}
+    if steps:
+        values |= {"steps": steps, "warmup_steps": min(values.get("warmup_steps", 0), steps // 10)}
+    return config_class(algorithm).from_dict(values)
+
+
+def run_sft() -> None:
+    from tunix_lite.training.sft import SFTConfig, run_sft
+
+    config = SFTConfig.from_yaml(ROOT / "configs" / "sft_tiny.yaml", output_dir=str(SFT.parent), overwrite=True)
+    run_sft(config)
+
+
+def run_variant(variant: str, steps: int | None, changes: dict | None = None) -> dict:
+    import importlib
+
+    import tunix_lite
+    from tunix_lite.training.algorithms import ALGORITHMS
+
+    if not SFT.is_dir():
+        sys.exit(f"{SFT} does not exist: run `python scripts/rl_results.py sft` first")
+    config = config_for(variant, steps, changes)
+    module, _, driver = ALGORITHMS[config.algorithm]
+    records = test_records()
+    start, tokenizer = tunix_lite.load(str(SFT))
+    before, before_texts = accuracy(start, tokenizer, records)
+    del start
+    began = time.perf_counter()
+    result = getattr(importlib.import_module(module), driver)(config)
+    seconds = time.perf_counter() - began
+    after, after_texts = accuracy(result.model, tokenizer, records)
+    history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
+    return {"variant": variant, "what": VARIANTS[variant][2],
+            "command": f"python scripts/rl_results.py run {variant}" + (f" --steps {steps}" if steps else "")
+                       + "".join(f" --set {k}={json.dumps(v)}" for k, v in (changes or {}).items()),
+            "changes": changes or {},
+            "config": {k: getattr(config, k) for k in ("algorithm", "steps", "batch_size", "group_size",
+                                                       "max_new_tokens", "learning_rate", "beta", "rewards")},
+            "seconds": round(seconds), "accuracy": {"before": before, "after": after}, "history": history,
+            "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
+
+
+def overfit(steps: int = 30) -> list[float]:
+    """Can GRPO learn at all? The pretrained tiny model, 4 `compare` prompts, G = 8, exact-match reward only,
+    beta = 0, learning rate 3e-4: the rollouts' exact match per step (it should climb towards 1 within ~10 steps)."""
+    from tunix_lite.rl.grpo import GRPOConfig, run_grpo
+
+    config = GRPOConfig(model="tiny", train_data="synthetic", domains=["compare"], n_train=4, n_validation=4,
+                        truncation="drop", seq_len=80, max_new_tokens=32, group_size=8, batch_size=4, steps=steps,
+                        learning_rate=3e-4, warmup_steps=1, beta=0.0, rewards=["exact_match"], n_accuracy=0,
+                        n_test=0, eval_every=0, log_every=1, output_dir=None, seed=1)
+    return [round(h["reward/exact_match"], 2) for h in run_grpo(config, verbose=False).history]
+
+
+def _value(text: str):
+    """A --set value as YAML reads it, with 3e-5 a number (YAML 1.1 wants 3.0e-5)."""
+    import yaml
+
+    value = yaml.safe_load(text)
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def _cell(a: dict) -> str:
+    return f"{a['accuracy']:.2f} [{a['low']:.2f}, {a['high']:.2f}]"
+
+
+def table(results: dict[str, dict]) -> str:
+    first = next(iter(results.values()))
+    sft = first["accuracy"]["before"]
+    n = sft["all"]["n"]
+    lines = [f"Held-out test split, {n} prompts (exact match of greedy answers, 95% Wilson intervals; format = the "
+             "share with one well-formed answer tag). Every variant starts from the same SFT model "
+             "(`configs/sft_tiny.yaml`) and runs `configs/grpo_tiny.yaml` with the changes listed.", "",
+             "| run | steps | training s | test accuracy | format | change vs SFT, config changes |", "|---|---:|---:|---|---:|---|",
+             f"| SFT model (start) | | | {_cell(sft['all'])} | {sft['format']:.2f} | |"]
+    for name, r in results.items():
+        a = r["accuracy"]["after"]
+        changes = ", ".join(f"{k}={v}" for k, v in r.get("changes", {}).items())
+        lines.append(f"| {name} | {r['config']['steps']} | {r['seconds']} | {_cell(a['all'])} | {a['format']:.2f} | "
+                     f"{a['all']['accuracy'] - sft['all']['accuracy']:+.2f} {changes} |")
+    domains = [d for d in sft if d not in ("all", "format")]
+    lines += ["", "| domain | SFT | " + " | ".join(results) + " |", "|---|---|" + "---|" * len(results)]
+    for d in domains:
+        lines.append(f"| {d} (n={sft[d]['n']}) | {sft[d]['accuracy']:.2f} | "
+                     + " | ".join(f"{r['accuracy']['after'][d]['accuracy']:.2f}" for r in results.values()) + " |")
+    lines += ["", "Reproduce: `python scripts/rl_results.py sft`, then for each column "
+              + ", ".join(f"`{r['command']}`" for r in results.values()) + ", then `python scripts/rl_results.py table`."]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    keys = ("reward/exact_match", "reward/format", "kl", "length")
+    fig = Figure(figsize=(3.4 * len(keys), 3), layout="constrained")
+    axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
+    for name, r in results.items():
+        for ax, key in zip(axes, keys):
+            points = [(h["step"], h[key]) for h in r["history"] if key in h]
+            if points:
+                ax.plot(*zip(*points), label=name)
+    for ax, key in zip(axes, keys):
+        ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else ""), xlabel="step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("sft", "run", "overfit", "table"))
+    parser.add_argument("variant", nargs="?", choices=tuple(VARIANTS))
+    parser.add_argument("--steps", type=int, default=None, help="override the config's steps")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="change one more config key (the value in YAML), e.g. --set learning_rate=3e-4")
+    parser.add_argument("--name", default=None, help="the JSON's name (default: the variant's)")
+    parser.add_argument("--dir", type=Path, default=OUT / "06_rl", help="where each variant's JSON goes")
+    args = parser.parse_args()
+    if args.what == "sft":
+        run_sft()
+    elif args.what == "overfit":
+        print("rollout exact match per step:", overfit(args.steps or 30))
+    elif args.what == "run":
+        if args.variant is None:
+            parser.error("run: name a variant")
+        changes = {k: _value(v) for k, v in (item.split("=", 1) for item in args.set)}
+        result = run_variant(args.variant, args.steps, changes)
+        args.dir.mkdir(parents=True, exist_ok=True)
+        (args.dir / f"{args.name or args.variant}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps({k: result[k] for k in ("variant", "seconds")} | {
+            "before": result["accuracy"]["before"]["all"], "after": result["accuracy"]["after"]["all"]}))
+    else:
+        results = {p.stem: json.loads(p.read_text()) for p in sorted(args.dir.glob("*.json"))}
+        text = table(results)
+        path = OUT / "06_rl.md"  # what is above the marker (the status, runs without a JSON) is kept
+        kept = path.read_text(encoding="utf-8").split(MARKER)[0] if path.is_file() else ""
+        path.write_text(kept + MARKER + "\n\n" + text + "\n", encoding="utf-8")
+        plot(results, OUT / "06_rl.png")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
