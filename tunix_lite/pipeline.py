@@ -290,19 +290,10 @@ def _check_rewards(pipeline: Pipeline) -> None:
 
 
 def reward_functions() -> dict:
-    """Every reward a stage may name: the RL package's, the verifiers' and the reasoning format's."""
-    from tunix_lite.data.synthetic import reward_reasoning_format
-    from tunix_lite.verifiers import reward_code, reward_math, reward_steps
+    """Every reward a stage may name (the RL package's registry, verifiers included)."""
+    from tunix_lite.rl.rewards import REWARD_FUNCTIONS
 
-    known = {"reasoning_format": reward_reasoning_format, "math": reward_math, "code": reward_code,
-             "steps": reward_steps}
-    try:
-        from tunix_lite.rl.rewards import REWARD_FUNCTIONS
-    except ImportError:  # the RL package is not installed in this tree
-        from tunix_lite.data.synthetic import reward_exact_match, reward_format
-
-        REWARD_FUNCTIONS = {"exact_match": reward_exact_match, "format": reward_format}
-    return dict(REWARD_FUNCTIONS) | known
+    return dict(REWARD_FUNCTIONS)
 
 
 def _stage_values(spec: PipelineSpec, data: DataSpec, stage: Stage, model: str, *, check: bool = False) -> dict:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tunix_lite.data.synthetic import reward_exact_match, reward_format
+from tunix_lite.data.synthetic import reward_exact_match, reward_format, reward_reasoning_format
+from tunix_lite.verifiers import reward_code, reward_math, reward_steps
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -55,8 +56,11 @@ def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
     return reward_overlong
 
 
-# Names a config file may use (`rewards: [exact_match, format]`).
-REWARD_FUNCTIONS: dict[str, RewardFn] = {"exact_match": reward_exact_match, "format": reward_format}
+# Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math, code, steps) run
+# their checks in a worker pool with a timeout per call.
+REWARD_FUNCTIONS: dict[str, RewardFn] = {
+    "exact_match": reward_exact_match, "format": reward_format, "reasoning_format": reward_reasoning_format,
+    "math": reward_math, "code": reward_code, "steps": reward_steps}
 
 
 def _accepts(fn: RewardFn, name: str) -> bool:
