@@ -89,6 +89,17 @@ def dpo_model():
     return model, reference, nnx.Param, PreferenceLoss(beta=0.1, completion_window=12)
 
 
+def distill_model():
+    """A 1-block student distilled from a 2-block teacher (the trainer's `frozen`): logit KD plus attention transfer
+    from the teacher's second block, so the teacher's hidden states and attention maps are computed on the mesh."""
+    from tunix_lite.distill.objective import DistillLoss
+
+    teacher = Transformer(CONFIG.replace(num_layers=2), rngs=nnx.Rngs(5))
+    teacher.eval()
+    loss = DistillLoss(alpha=0.5, temperature=2.0, attention_weight=0.5, layer_map=((0, 1),))
+    return Transformer(CONFIG, rngs=nnx.Rngs(0)), teacher, nnx.Param, loss
+
+
 def host(tree):
     return jax.tree.map(np.asarray, tree)
 
@@ -189,21 +200,23 @@ def check_strategies():
                                      "layout_errors": check_layout(trainer, mesh)}
 
 
-def check_dpo():
-    """DPO's step (pairs [B, 2, T], a frozen reference) under FSDP x TP, which splits the pairs over fsdp and the
-    weights both ways, against one device."""
-    ref = run(dpo_model, None, batches=PAIRS)
+def check_frozen_losses():
+    """DPO (pairs [B, 2, T], a frozen reference copy) and distillation (a bigger frozen teacher) with their own
+    losses under FSDP x TP, which splits the rows over fsdp and the weights both ways, against one device."""
     mesh = sharding.resolve_mesh("fsdp_tp")
-    got = run(dpo_model, mesh, batches=PAIRS)
-    RESULTS["dpo/fsdp_tp"] = {
-        "loss": got["loss"], "loss_error": abs(got["loss"] - ref["loss"]), "loss2_error": abs(got["loss2"] - ref["loss2"]),
-        "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
-        "grad_error": max_error(got["grads"], ref["grads"]),
-        "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
-        "param_error": max(max_error(got["params2"], ref["params2"]), max_error(got["params3"], ref["params3"])),
-        "layout_errors": check_layout(got["trainer"], mesh),
-        "reference_layout_errors": check_layout(got["trainer"], mesh, owners=("frozen",)),
-    }
+    for name, build, batches in (("dpo", dpo_model, PAIRS), ("distill", distill_model, BATCHES)):
+        ref = run(build, None, batches=batches)
+        got = run(build, mesh, batches=batches)
+        RESULTS[f"{name}/fsdp_tp"] = {
+            "loss": got["loss"], "loss_error": abs(got["loss"] - ref["loss"]),
+            "loss2_error": abs(got["loss2"] - ref["loss2"]),
+            "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
+            "grad_error": max_error(got["grads"], ref["grads"]),
+            "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
+            "param_error": max(max_error(got["params2"], ref["params2"]), max_error(got["params3"], ref["params3"])),
+            "layout_errors": check_layout(got["trainer"], mesh),
+            "frozen_layout_errors": check_layout(got["trainer"], mesh, owners=("frozen",)),
+        }
 
 
 def check_rollouts():
@@ -254,7 +267,7 @@ def check_rollouts():
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
     start = time.perf_counter()
-    for check in (check_strategies, check_dpo, check_rollouts):
+    for check in (check_strategies, check_frozen_losses, check_rollouts):
         if only and check.__name__ not in only:
             continue
         t = time.perf_counter()
