@@ -45,6 +45,17 @@ def make_batch(rows: int, seed: int) -> dict:
 BATCHES = [make_batch(16, 1), make_batch(16, 2), make_batch(10, 3)]  # the short one is padded: no second compile
 
 
+def make_pairs(rows: int, seed: int) -> dict:
+    """DPO rows [rows, 2, T]: a chosen and a rejected completion after the same 4-token prompt."""
+    chosen, rejected = make_batch(rows, seed), make_batch(rows, seed + 100)
+    for key in ("inputs", "targets"):
+        rejected[key][:, :4] = chosen[key][:, :4]
+    return {key: np.stack([chosen[key], rejected[key]], axis=1) for key in chosen}
+
+
+PAIRS = [make_pairs(16, 1), make_pairs(16, 2), make_pairs(10, 3)]
+
+
 def anchored_loss(model, batch, frozen):
     """SFT plus a squared log-ratio to a frozen reference: what DPO's reference, GRPO's KL anchor and
     distillation's teacher have in common (a second model read, never trained, inside the step)."""
@@ -67,11 +78,33 @@ def qlora_model():
     return model, without_adapters(model), nnx.LoRAParam, anchored_loss
 
 
+def dpo_model():
+    """Full fine-tuning on DPO's own loss (sigmoid, lm head on a completion window) against a frozen reference
+    copy: the reference's forward runs inside the step, on the mesh, by the same rules."""
+    from tunix_lite.preference.dpo import PreferenceLoss
+
+    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+    reference = nnx.clone(model)
+    reference.eval()
+    return model, reference, nnx.Param, PreferenceLoss(beta=0.1, completion_window=12)
+
+
+def distill_model():
+    """A 1-block student distilled from a 2-block teacher (the trainer's `frozen`): logit KD plus attention transfer
+    from the teacher's second block, so the teacher's hidden states and attention maps are computed on the mesh."""
+    from tunix_lite.distill.objective import DistillLoss
+
+    teacher = Transformer(CONFIG.replace(num_layers=2), rngs=nnx.Rngs(5))
+    teacher.eval()
+    loss = DistillLoss(alpha=0.5, temperature=2.0, attention_weight=0.5, layer_map=((0, 1),))
+    return Transformer(CONFIG, rngs=nnx.Rngs(0)), teacher, nnx.Param, loss
+
+
 def host(tree):
     return jax.tree.map(np.asarray, tree)
 
 
-def run(build, mesh, checkpoint_dir=None):
+def run(build, mesh, checkpoint_dir=None, batches=BATCHES):
     """Three steps (the last on a short batch) on `mesh` (None: one device). Returns what the checks compare."""
     model, frozen, wrt, loss_fn = build()
     trainer = Trainer(model, optax.sgd(LR, momentum=0.9), loss_fn, wrt=wrt, frozen=frozen, micro_batches=2,
@@ -79,11 +112,11 @@ def run(build, mesh, checkpoint_dir=None):
     out = {}
     if mesh is not None:
         start = time.perf_counter()
-        compiled = trainer.lower(BATCHES[0]).compile()
+        compiled = trainer.lower(batches[0]).compile()
         out["compile_s"] = time.perf_counter() - start
         out["collectives"] = sharding.list_collectives(compiled.as_text())
     before = host(nnx.state(trainer.model, wrt))
-    step1 = trainer.step(BATCHES[0])
+    step1 = trainer.step(batches[0])
     after1 = host(nnx.state(trainer.model, wrt))
     out["loss"] = float(step1["loss"])
     out["grads"] = jax.tree.map(lambda b, a: (b - a) / LR, before, after1)
@@ -93,9 +126,9 @@ def run(build, mesh, checkpoint_dir=None):
         checkpoints = Checkpoints(checkpoint_dir, every=1, state_filter=nnx.Any(wrt, nnx.RngState))
         trainer.save(checkpoints, force=True)
         checkpoints.wait()
-    out["loss2"] = float(trainer.step(BATCHES[1])["loss"])
+    out["loss2"] = float(trainer.step(batches[1])["loss"])
     out["params2"] = host(nnx.state(trainer.model, wrt))
-    out["loss3"] = float(trainer.step(BATCHES[2])["loss"])
+    out["loss3"] = float(trainer.step(batches[2])["loss"])
     out["params3"] = host(nnx.state(trainer.model, wrt))
     out["trainer"] = trainer
     return out
@@ -105,11 +138,12 @@ def max_error(a, b) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-def check_layout(trainer, mesh) -> list[str]:
-    """Every variable of the model and of the optimizer state is laid out as the rules say."""
+def check_layout(trainer, mesh, owners=("model", "optimizer")) -> list[str]:
+    """Every variable of the model and of the optimizer state (or of the other `owners`) is laid out as the rules
+    say."""
     units = sharding._head_units(trainer.model)
     wrong = []
-    for owner in (trainer.model, trainer.optimizer):
+    for owner in (getattr(trainer, name) for name in owners):
         for path, var in nnx.to_flat_state(nnx.state(owner)):
             value = var.get_value()
             expected = jax.sharding.NamedSharding(mesh, sharding.variable_spec(var, mesh, units))
@@ -166,6 +200,25 @@ def check_strategies():
                                      "layout_errors": check_layout(trainer, mesh)}
 
 
+def check_frozen_losses():
+    """DPO (pairs [B, 2, T], a frozen reference copy) and distillation (a bigger frozen teacher) with their own
+    losses under FSDP x TP, which splits the rows over fsdp and the weights both ways, against one device."""
+    mesh = sharding.resolve_mesh("fsdp_tp")
+    for name, build, batches in (("dpo", dpo_model, PAIRS), ("distill", distill_model, BATCHES)):
+        ref = run(build, None, batches=batches)
+        got = run(build, mesh, batches=batches)
+        RESULTS[f"{name}/fsdp_tp"] = {
+            "loss": got["loss"], "loss_error": abs(got["loss"] - ref["loss"]),
+            "loss2_error": abs(got["loss2"] - ref["loss2"]),
+            "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
+            "grad_error": max_error(got["grads"], ref["grads"]),
+            "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
+            "param_error": max(max_error(got["params2"], ref["params2"]), max_error(got["params3"], ref["params3"])),
+            "layout_errors": check_layout(got["trainer"], mesh),
+            "frozen_layout_errors": check_layout(got["trainer"], mesh, owners=("frozen",)),
+        }
+
+
 def check_rollouts():
     """A LoRA policy trained on 4 devices, its rollout copy on the other 4 synced after a step (adapters only), and
     the trainer's own weights sampled where they are (colocated): all sample what one device samples."""
@@ -214,7 +267,7 @@ def check_rollouts():
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
     start = time.perf_counter()
-    for check in (check_strategies, check_rollouts):
+    for check in (check_strategies, check_frozen_losses, check_rollouts):
         if only and check.__name__ not in only:
             continue
         t = time.perf_counter()

@@ -56,9 +56,23 @@ def test_sharded_step_equals_one_device(mesh, loss):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["dpo", "distill"])
+def test_frozen_model_losses_on_a_mesh_equal_one_device(mesh, algorithm):
+    """The algorithms' own losses with a frozen model inside the step, under FSDP x TP: DPO (pairs [B, 2, T], the lm
+    head on a completion window, a reference copy) and distillation (KD + attention transfer from a 2-block
+    teacher). Rows split over fsdp; policy, reference and teacher weights laid out by the rules."""
+    r = mesh[f"{algorithm}/fsdp_tp"]
+    if algorithm == "dpo":
+        assert abs(r["loss"] - np.log(2)) < 1e-6  # policy == reference at step 1
+    assert r["loss_error"] < LOSS_TOL and r["loss2_error"] < LOSS_TOL and r["short_batch_loss_error"] < LOSS_TOL, r
+    assert r["grad_error"] < GRAD_TOL < r["grad_scale"] and r["param_error"] < PARAM_TOL, r
+    assert r["layout_errors"] == [] and r["frozen_layout_errors"] == []
+
+
+@pytest.mark.slow
 def test_every_variable_is_laid_out_as_the_rules_say(mesh):
     checked = [key for key, r in mesh.items() if isinstance(r, dict) and "layout_errors" in r]
-    assert len(checked) == 10  # 2 losses x (4 strategies + a resumed run)
+    assert len(checked) == 12  # 2 losses x (4 strategies + a resumed run) + DPO and distillation under fsdp_tp
     for key in checked:
         assert mesh[key]["layout_errors"] == [], key
 
