@@ -345,11 +345,17 @@ print("reference:", problem["answer"])
 md("""
 ## 9. Measured with the full recipes
 
-The `ci` profile's numbers above come from a few dozen steps and are not the point. These tables were measured
-with the full configs on 2 CPU cores (commands beside each); `report/` of your own run holds the same.
+The `ci` profile's numbers above come from a few dozen steps and are not the point. These tables come from
+the full configs (the command in the cell below); `report/` of your own run holds the same.
+""")
 
-(filled in from the measured runs: see the phase 9 notes.)
+code("""
+from tunix_lite.course.results import show
 
+show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && cp runs/capstone_tiny/report/table.md course/results/09_capstone.md && cp runs/capstone_tiny/report/stages.png course/results/09_capstone.png")
+""")
+
+md("""
 ## 10. Start your own project
 
 1. Fork the repository; copy `configs/capstone_tiny.yaml` (or the Gemma 3 270M one).

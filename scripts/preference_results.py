@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+COMMAND = "nice -n 10 python scripts/preference_results.py --out course/results/05_preference"
 ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref) ranks the pair right"),
         ("logps/accuracies", "pair accuracy: log π(chosen) > log π(rejected)"),
         ("rewards/margins", "mean implicit-reward margin"),
@@ -61,7 +62,8 @@ def tiny(args) -> tuple[str, dict]:
         scores[f"{name}_after"] = heldout_report(result.model, reference, tokenizer, test, beta=config.beta)
     text = table({"SFT model": scores["dpo_before"], "SFT → DPO": scores["dpo_after"],
                   "pretrained tiny": scores["orpo_before"], "tiny → ORPO": scores["orpo_after"]})
-    note = (f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
+    note = (f"Reproduce: `{COMMAND}` (after `tunix-lite train --config configs/sft_tiny.yaml`).\n\n"
+            f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
             f"split=\"test\")`); implicit rewards against each run's starting model, β = 0.1. Training took "
             f"{seconds['dpo']:.0f} s (DPO, {load_config('configs/dpo_tiny.yaml', model=args.sft).steps} steps) and "
             f"{seconds['orpo']:.0f} s (ORPO) on 2 shared CPU cores.")
