@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def main() -> None:
     parser.add_argument("--test-seed", type=int, default=7)
     parser.add_argument("--out", default="runs/distill_gap")
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides key=value (YAML values)")
+    parser.add_argument("--table", type=Path, help="also write the table here, with the command that made it "
+                        "(the notebook shows course/results/07_distill_gap.md)")
     args = parser.parse_args()
 
     import yaml
@@ -101,6 +104,12 @@ def main() -> None:
             closed = f"{g['loss']:.0%} / {g['accuracy']:.0%}"
         rows.append(f"| {name} | {r['loss']:.3f} | {r['accuracy']:.3f} | {r['format']:.3f} | {closed} |")
     print("\n".join(rows))
+    if args.table:
+        command = "nice -n 10 python " + " ".join(sys.argv)
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(f"Reproduce: `{command}` (teacher: `tunix-lite train --config configs/sft_tiny.yaml`)."
+                              f"\n\n{args.n_test} held-out test prompts (`make_splits(..., seed={args.test_seed})`)."
+                              "\n\n" + "\n".join(rows) + "\n", encoding="utf-8")
     print(f"wrote {results_file}")
 
 

@@ -86,15 +86,15 @@ pipeline_values = {
              "weights": {"arithmetic": 2, "compare": 1, "sort": 1, "count": 1, "sequence": 2, "instruction": 1},
              "n_train": 400 if CI else 1200, "n_validation": 16 if CI else 32, "n_test": 64,
              "n_pairs": 128 if CI else 400},
-    "defaults": {"seq_len": 160, "truncation": "drop", "batch_size": 8, "packing": True, "checkpoint_every": 20,
+    "defaults": {"seq_len": 160, "truncation": "drop", "batch_size": 8, "checkpoint_every": 20,
                  "eval_every": 0, "log_every": 5, "n_accuracy": 0},
     "stages": [
-        {"name": "sft", "algorithm": "sft", "steps": 24 if CI else 60, "learning_rate": 1e-3, "warmup_steps": 3},
+        {"name": "sft", "algorithm": "sft", "steps": 24 if CI else 60, "packing": True, "learning_rate": 1e-3,
+         "warmup_steps": 3},
         {"name": "dpo", "algorithm": "dpo", "steps": 6 if CI else 30, "learning_rate": 2e-5, "warmup_steps": 1,
-         "beta": 0.1, "packing": False},
+         "beta": 0.1},
         {"name": "grpo", "algorithm": "grpo", "steps": 4 if CI else 30, "learning_rate": 1e-5, "warmup_steps": 1,
-         "batch_size": 4, "group_size": 4, "max_new_tokens": 64, "rewards": ["exact_match", "reasoning_format"],
-         "packing": False},
+         "batch_size": 4, "group_size": 4, "max_new_tokens": 64, "rewards": ["exact_match", "reasoning_format"]},
     ],
     "evaluation": {"n_prompts": 16 if CI else 32, "samples": 4 if CI else 8, "scaling": [1, 2, 4] if CI else [1, 2, 4, 8],
                    "batch_size": 16},
@@ -345,11 +345,17 @@ print("reference:", problem["answer"])
 md("""
 ## 9. Measured with the full recipes
 
-The `ci` profile's numbers above come from a few dozen steps and are not the point. These tables were measured
-with the full configs on 2 CPU cores (commands beside each); `report/` of your own run holds the same.
+The `ci` profile's numbers above come from a few dozen steps and are not the point. These tables come from
+the full configs (the command in the cell below); `report/` of your own run holds the same.
+""")
 
-(filled in from the measured runs: see the phase 9 notes.)
+code("""
+from tunix_lite.course.results import show
 
+show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && cp runs/capstone_tiny/report/table.md course/results/09_capstone.md && cp runs/capstone_tiny/report/stages.png course/results/09_capstone.png")
+""")
+
+md("""
 ## 10. Start your own project
 
 1. Fork the repository; copy `configs/capstone_tiny.yaml` (or the Gemma 3 270M one).

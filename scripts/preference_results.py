@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+COMMAND = "nice -n 10 python scripts/preference_results.py --out course/results/05_preference"
 ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref) ranks the pair right"),
         ("logps/accuracies", "pair accuracy: log π(chosen) > log π(rejected)"),
         ("rewards/margins", "mean implicit-reward margin"),
@@ -67,7 +68,8 @@ def tiny(args) -> tuple[str, dict]:
         print(json.dumps({name: {"before": scores[f"{name}_before"], "after": scores[f"{name}_after"]}}), flush=True)
     text = table(columns)
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
-    note = (f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
+    note = (f"Reproduce: `{COMMAND}` (after `tunix-lite train --config configs/sft_tiny.yaml`).\n\n"
+            f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
             f"split=\"test\")`); implicit rewards against each run's starting model, β = 0.1"
             f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")
     return text + "\n\n" + note, scores

@@ -115,6 +115,54 @@ def top_p_then_top_k(logits, top_k=None, top_p=None, min_p=None):
     return f(f(logits, top_p=top_p), top_k=top_k, min_p=min_p)
 
 
+def unstable_dpo(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=0.1, label_smoothing=0.0):
+    """Right formula, log(sigmoid(x)): -inf once beta h is a few hundred."""
+    h = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
+    return -(1 - label_smoothing) * jnp.log(jax.nn.sigmoid(h)) - label_smoothing * jnp.log(jax.nn.sigmoid(-h))
+
+
+def ipo_on_the_difference(policy_chosen, policy_rejected, ref_chosen, ref_rejected, chosen_len, rejected_len,
+                          tau=0.1):
+    """Normalises the difference by the mean length instead of each completion by its own."""
+    h = ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)) / ((chosen_len + rejected_len) / 2)
+    return (h - 1 / (2 * tau)) ** 2
+
+
+def ties_count_zero(policy_logps, ref_logps, valid, beta=0.1):
+    """The library's (and TRL's) accuracy: a tie counts as wrong."""
+    margin = beta * ((policy_logps[:, 0] - ref_logps[:, 0]) - (policy_logps[:, 1] - ref_logps[:, 1]))
+    count = jnp.sum(valid)
+    return jnp.sum((margin > 0) * valid) / jnp.where(count > 0, count, 1.0), count
+
+
+def population_std_advantages(rewards, group_ids, num_groups, kind="grpo"):
+    """GRPO with the population standard deviation (divide by n, not n - 1)."""
+    def group_sum(x):
+        return jax.ops.segment_sum(x, group_ids, num_segments=num_groups)[group_ids]
+    n = group_sum(jnp.ones_like(rewards))
+    mean = group_sum(rewards) / n
+    std = jnp.sqrt(group_sum(jnp.square(rewards - mean)) / n)
+    return jnp.where(n > 1, (rewards - mean) / (std + 1e-6), 0.0)
+
+
+def plain_k3(logp, ref_logp, old_logp):
+    """k3 as if the tokens came from pi: no importance weight."""
+    d = ref_logp - logp
+    return jnp.exp(d) - d - 1.0
+
+
+def softened_kl_without_t2(student_logits, teacher_logits, temperature):
+    return solution("07").softened_kl(student_logits, teacher_logits, temperature) / temperature ** 2
+
+
+def all_reduce_as_one_pass(mesh, weight_bytes, layers, batch, seq, embed, act_bytes=2):
+    """Counts an all-reduce like an all-gather: (n - 1)/n instead of 2 (n - 1)/n."""
+    d, f, t = mesh["data"], mesh["fsdp"], mesh["tensor"]
+    activation = batch / (d * f) * seq * embed * act_bytes
+    return ((d - 1) / d * weight_bytes / (f * t) + 3 * (f - 1) / f * weight_bytes / t
+            + 4 * layers * (t - 1) / t * activation)
+
+
 CASES = [  # (phase, exercise, wrong function, the most it may score, the tests that must not pass)
     ("02", "rope_interleaved", rotate_half_rope, 0, None),  # was 3/4: the invariants held, the convention did not
     ("02", "gqa_attention", repeating_gqa, 3, "test_gqa_attention_does_not_repeat_kv"),
@@ -126,6 +174,13 @@ CASES = [  # (phase, exercise, wrong function, the most it may score, the tests 
     ("01", "pad_to_bucket", always_raises, 0, None),  # "raises" tests call a valid input first
     ("03", "sft_example", always_raises, 0, None),
     ("03", "pack_examples", greedy_in_order_pack, 2, "test_pack_examples_matches_first_fit"),
+    ("05", "dpo_loss", unstable_dpo, 2, "test_dpo_loss_stable_for_large_margins"),
+    ("05", "ipo_loss", ipo_on_the_difference, 0, None),
+    ("05", "preference_accuracy", ties_count_zero, 0, None),
+    ("06", "group_advantages", population_std_advantages, 0, None),
+    ("06", "kl_k3_off_policy", plain_k3, 0, None),  # it passes the on-policy test: gated by the closed form
+    ("07", "softened_kl", softened_kl_without_t2, 0, None),
+    ("08", "collective_bytes", all_reduce_as_one_pass, 0, None),
 ]
 
 
@@ -138,21 +193,42 @@ def test_a_typical_mistake_scores_what_it_deserves(phase, name, wrong, most, fai
         assert outcomes[[t.__name__ for t in ex.tests].index(failing)] != "passed"
 
 
-@pytest.mark.parametrize("phase", ["01", "02", "03", "04"])
+@pytest.mark.parametrize("phase", graded.phases())
 def test_every_exercise_has_tiered_hints_and_a_reference_test(phase):
     for ex in graded.exercises(phase):
         assert len(ex.hints) >= 2, f"{ex.name}: hints start with the concept and get more specific"
         assert any(t.reference for t in ex.tests), f"{ex.name}: no reference test gates its invariants"
 
 
-def test_calling_the_library_is_not_allowed():
-    """The static scan resolves aliases: the library's filter under another name is still the library's."""
-    nb = read(next((ROOT / "solutions").glob("02_*.ipynb")))
-    sources = code_sources(nb) + ["from tunix_lite import sampler as S\n"]
-    names = [e.name for e in graded.exercises("02")]
-    cheat = "def filter_logits(logits, top_k=None, top_p=None, min_p=None):\n    return S.top_p_filter(logits, top_p)"
+CHEATS = [  # (phase, an import the learner adds, a graded cell that calls the library, what the scan reports)
+    ("02", "from tunix_lite import sampler as S\n",
+     "def filter_logits(logits, top_k=None, top_p=None, min_p=None):\n    return S.top_p_filter(logits, top_p)",
+     {"filter_logits": ["tunix_lite.sampler.top_p_filter"]}),
+    ("05", "from tunix_lite.preference import losses as L\n",
+     "def completion_log_probs(logits, targets, mask, normalize=False):\n"
+     "    return L.completion_log_probs(jax.nn.log_softmax(logits), mask, normalize=normalize)",
+     {"completion_log_probs": ["tunix_lite.preference.losses.completion_log_probs"]}),
+    ("06", "from tunix_lite.rl.advantages import gae\n",
+     "def gae_with_dones(rewards, values, dones, gamma, lam):\n    return gae(rewards, values, 1 - dones, gamma, lam)",
+     {"gae_with_dones": ["tunix_lite.rl.advantages.gae"]}),
+    ("07", "import tunix_lite.distill.losses\n",
+     "def softened_kl(student_logits, teacher_logits, temperature):\n"
+     "    return tunix_lite.distill.losses.kd_per_token(student_logits, teacher_logits, temperature=temperature)",
+     {"softened_kl": ["tunix_lite.distill.losses.kd_per_token"]}),
+    ("08", "from tunix_lite import planner\n",
+     "def bytes_per_chip(arrays, mesh, bytes_per_element=4, heads=None):\n    return planner.sharded_bytes(arrays, mesh)",
+     {"bytes_per_chip": ["tunix_lite.planner.sharded_bytes"]}),
+]
+
+
+@pytest.mark.parametrize("phase, imports, cheat, expected", CHEATS, ids=[c[0] for c in CHEATS])
+def test_calling_the_library_is_not_allowed(phase, imports, cheat, expected):
+    """The static scan resolves aliases: the library's function under another name is still the library's."""
+    nb = read(next((ROOT / "solutions").glob(f"{phase}_*.ipynb")))
+    sources = code_sources(nb) + [imports]
+    names = [e.name for e in graded.exercises(phase)]
     code = graded_code([*sources, cheat], names)
     others = [s for s in sources if not any(n in s for n in names)]
-    forbidden = {e.name: e.forbidden + graded.ALWAYS_FORBIDDEN for e in graded.exercises("02")}
-    assert rules.violations(code.cells, others, forbidden) == {"filter_logits": ["tunix_lite.sampler.top_p_filter"]}
+    forbidden = {e.name: e.forbidden + graded.ALWAYS_FORBIDDEN for e in graded.exercises(phase)}
+    assert rules.violations(code.cells, others, forbidden) == expected
     assert rules.violations(code.cells[:-1], others, forbidden) == {}, "the solutions break no rule"

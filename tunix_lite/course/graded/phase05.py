@@ -1,7 +1,9 @@
 """Graded tests for phase 5 (solutions/05_preference_exercises.ipynb): the arithmetic of preference tuning.
 
-References are numpy in float64; the learner's float32 results must match to ~1e-5 relative. Shapes: B pairs,
-T tokens, V vocabulary. Every input is drawn from a seeded generator, so a hard-coded answer fails.
+Each a step past the lesson: masked log-probs with empty rows, DPO with label smoothing (cDPO), IPO on
+per-completion means, ORPO's odds without overflow, an accuracy that scores ties fairly and adds up across
+batches. References are numpy in float64; the learner's float32 results must match to ~1e-5 relative. Shapes:
+B pairs, T tokens, V vocabulary. Every input comes from `rng`, drawn afresh per grading run.
 """
 
 from __future__ import annotations
@@ -22,23 +24,63 @@ __all__ = [
 ]
 
 HINTS = {
-    "completion_log_probs": "log p = jax.nn.log_softmax(logits); pick the targets with jnp.take_along_axis; sum "
-                            "log p * mask over T. For the mean, divide by sum(mask) guarded with jnp.where(n > 0, "
-                            "n, 1.0), so an empty row gives 0 and a finite (zero) gradient.",
-    "dpo_loss": "h = (pc - rc) - (pr - rr); loss = -(1 - eps) * log_sigmoid(beta * h) - eps * log_sigmoid(-beta * h). "
-                "jax.nn.log_sigmoid stays finite where jnp.log(jax.nn.sigmoid(x)) gives -inf.",
-    "ipo_loss": "Divide each summed log-prob by its completion length first (chosen by chosen_len, rejected by "
-                "rejected_len), then h = (pc - rc) - (pr - rr) on those means, and (h - 1 / (2 * tau)) ** 2.",
-    "orpo_log_odds_ratio": "log odds = logp - log(1 - exp(logp)). log(1 - exp(x)) is log1p(-exp(x)) for x < -log 2 "
-                           "and log(-expm1(x)) above; pick with jnp.where, but feed each branch a value it can take "
-                           "(e.g. jnp.minimum / jnp.maximum around -log 2) so neither makes a NaN gradient.",
-    "preference_accuracy": "margin = beta * ((pc - rc) - (pr - rr)); score 1 where margin > 0, 0.5 where it is 0; "
-                           "sum score * valid, divide by sum(valid) (0 if there is none). Return (accuracy, count).",
+    "completion_log_probs": [
+        "log π(y|x) is a sum of per-token log-probabilities of the targets, taken from a normalised distribution "
+        "over the vocabulary; the mask picks the completion's tokens. The mean divides by how many there are, and a "
+        "row with none must not divide by zero, in value or in gradient.",
+        "log p = jax.nn.log_softmax(logits) [B, T, V] (stable for large logits, unlike log(softmax)); pick each "
+        "target with jnp.take_along_axis -> [B, T]; sum log p * mask over T. For the mean divide by sum(mask), "
+        "replaced by 1 where it is 0 (jnp.where) so an empty row gives 0 and a zero gradient.",
+        "picked = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), targets[..., None], -1)[..., 0]; "
+        "total = (picked * mask).sum(-1); n = mask.sum(-1); return total / jnp.where(n > 0, n, 1.0) if normalize "
+        "else total",
+    ],
+    "dpo_loss": [
+        "If a fraction ε of the labels are flipped, the pair's loss mixes the loss of the label as given (weight "
+        "1 - ε) with the loss of the opposite label (weight ε). The opposite label turns the margin's sign. Never "
+        "take log(sigmoid(x)): it is -inf long before the loss is.",
+        "h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected); loss = -(1 - ε) log σ(β h) "
+        "- ε log σ(-β h), with jax.nn.log_sigmoid for log σ.",
+        "z = beta * ((pc - rc) - (pr - rr)); return -(1 - label_smoothing) * jax.nn.log_sigmoid(z) "
+        "- label_smoothing * jax.nn.log_sigmoid(-z)",
+    ],
+    "ipo_loss": [
+        "Length normalisation happens per completion, before the two are compared: each completion's log-ratio "
+        "(policy minus reference) becomes a per-token mean over its own length. Then IPO regresses the difference "
+        "to the target 1/(2τ).",
+        "chosen: (policy_chosen - ref_chosen) / chosen_len; rejected: (policy_rejected - ref_rejected) / "
+        "rejected_len; h = chosen - rejected; loss = (h - 1 / (2 τ))².",
+        "h = (pc - rc) / chosen_len - (pr - rr) / rejected_len; return (h - 1 / (2 * tau)) ** 2",
+    ],
+    "orpo_log_odds_ratio": [
+        "odds = P / (1 - P) with log P given, so log odds = log P - log(1 - exp(log P)). The hard part is "
+        "log(1 - exp(x)): two formulas, each accurate on one side of x = -log 2, and jnp.where differentiates "
+        "both branches everywhere.",
+        "log(1 - exp(x)) = log(-expm1(x)) for x >= -log 2, log1p(-exp(x)) below. Choose with jnp.where(x < -log 2, "
+        "...), and clamp each branch's input to its own side (jnp.minimum / jnp.maximum with -log 2) so the branch "
+        "not taken never sees a value that makes inf or NaN.",
+        "s = -jnp.log(2.0); l1m = lambda x: jnp.where(x < s, jnp.log1p(-jnp.exp(jnp.minimum(x, s))), "
+        "jnp.log(-jnp.expm1(jnp.maximum(x, s)))); return (chosen - l1m(chosen)) - (rejected - l1m(rejected))",
+    ],
+    "preference_accuracy": [
+        "The implicit reward margin is β times the difference of the two log-ratios (policy minus reference); its "
+        "sign says whether the pair is ranked right. A tie is a coin flip, and a padded pair is not a pair. "
+        "Returning the count lets batches combine.",
+        "margin = β ((pc - rc) - (pr - rr)) from column 0 (chosen) and 1 (rejected); score 1 where margin > 0, "
+        "0.5 where it is 0, 0 below; accuracy = sum(score * valid) / sum(valid), with 0 when no pair is valid.",
+        "m = beta * ((p[:, 0] - r[:, 0]) - (p[:, 1] - r[:, 1])); s = jnp.where(m > 0, 1.0, jnp.where(m == 0, 0.5, "
+        "0.0)); n = valid.sum(); return (s * valid).sum() / jnp.where(n > 0, n, 1.0), n",
+    ],
 }
 
-
-def _rng(seed: int) -> np.random.Generator:
-    return np.random.default_rng(seed)
+FORBIDDEN = {  # the library's own preference losses and scoring, and one-call log-prob shortcuts
+    "completion_log_probs": ("tunix_lite.preference", "tunix_lite.training", "tunix_lite.rl",
+                             "optax.softmax_cross_entropy_with_integer_labels", "optax.losses"),
+    "dpo_loss": ("tunix_lite.preference",),
+    "ipo_loss": ("tunix_lite.preference",),
+    "orpo_log_odds_ratio": ("tunix_lite.preference",),
+    "preference_accuracy": ("tunix_lite.preference",),
+}
 
 
 def _f32(a) -> jnp.ndarray:
@@ -64,8 +106,7 @@ def _completion_ref(logits, targets, mask, normalize):
     return np.where(n > 0, total / np.where(n > 0, n, 1), 0.0)
 
 
-def _completion_inputs(seed, B=4, T=9, V=13, scale=2.0):
-    rng = _rng(seed)
+def _completion_inputs(rng, B=4, T=9, V=13, scale=2.0):
     logits = (rng.normal(size=(B, T, V)) * scale).astype(np.float32)
     targets = rng.integers(0, V, size=(B, T)).astype(np.int32)
     start = rng.integers(1, T // 2, size=B)
@@ -74,12 +115,12 @@ def _completion_inputs(seed, B=4, T=9, V=13, scale=2.0):
     return logits, targets, ((t >= start[:, None]) & (t < end[:, None])).astype(np.float32)
 
 
-@graded("completion_log_probs")
-def test_completion_log_probs_matches_numpy(impl):
+@graded("completion_log_probs", reference=True)
+def test_completion_log_probs_matches_numpy(impl, rng):
     """summed and per-token-mean log-probs of the masked targets match a numpy reference, under jit, [B]"""
     fn = jax.jit(impl.completion_log_probs, static_argnames="normalize")
-    for seed, shape in [(500, (4, 9, 13)), (501, (3, 6, 7))]:
-        logits, targets, mask = _completion_inputs(seed, *shape)
+    for shape in [(4, 9, 13), (int(rng.integers(2, 6)), int(rng.integers(5, 12)), int(rng.integers(5, 40)))]:
+        logits, targets, mask = _completion_inputs(rng, *shape)
         for normalize in (False, True):
             got = fn(_f32(logits), jnp.asarray(targets), jnp.asarray(mask), normalize=normalize)
             assert np.shape(got) == (shape[0],), f"return one value per row, shape ({shape[0]},); got {np.shape(got)}"
@@ -88,9 +129,9 @@ def test_completion_log_probs_matches_numpy(impl):
 
 
 @graded("completion_log_probs")
-def test_completion_log_probs_empty_rows(impl):
+def test_completion_log_probs_empty_rows(impl, rng):
     """a row with no completion token gives 0 for both forms, and a zero (not NaN) gradient"""
-    logits, targets, mask = _completion_inputs(510)
+    logits, targets, mask = _completion_inputs(rng)
     mask[1] = 0.0
     for normalize in (False, True):
         fn = lambda x: impl.completion_log_probs(x, jnp.asarray(targets), jnp.asarray(mask), normalize=normalize)  # noqa: E731
@@ -102,9 +143,9 @@ def test_completion_log_probs_empty_rows(impl):
 
 
 @graded("completion_log_probs")
-def test_completion_log_probs_stable_for_large_logits(impl):
+def test_completion_log_probs_stable_for_large_logits(impl, rng):
     """stays finite and correct for logits in the thousands (a stable log-softmax)"""
-    logits, targets, mask = _completion_inputs(520, scale=400.0)
+    logits, targets, mask = _completion_inputs(rng, scale=400.0)
     logits += 3_000.0
     got = jax.jit(impl.completion_log_probs, static_argnames="normalize")(
         _f32(logits), jnp.asarray(targets), jnp.asarray(mask), normalize=True)
@@ -124,17 +165,17 @@ def _dpo_ref(pc, pr, rc, rr, beta, eps):
     return -(1 - eps) * _logsig(h) - eps * _logsig(-h)
 
 
-def _pairs(seed, B=6, scale=5.0):
-    rng = _rng(seed)
+def _pairs(rng, B=6, scale=5.0):
     return [(rng.normal(size=B) * scale - 20).astype(np.float32) for _ in range(4)]
 
 
-@graded("dpo_loss")
-def test_dpo_loss_matches_numpy(impl):
+@graded("dpo_loss", reference=True)
+def test_dpo_loss_matches_numpy(impl, rng):
     """per-pair losses -(1-eps) log σ(β h) - eps log σ(-β h) and their gradient match numpy, under jit"""
     fn = jax.jit(impl.dpo_loss, static_argnames=("beta", "label_smoothing"))
-    for seed, beta, eps in [(530, 0.1, 0.0), (531, 0.5, 0.1), (532, 2.0, 0.3)]:
-        pc, pr, rc, rr = _pairs(seed)
+    for beta, eps in [(0.1, 0.0), (float(rng.uniform(0.2, 1.0)), float(rng.uniform(0.05, 0.2))),
+                      (2.0, float(rng.uniform(0.2, 0.4)))]:
+        pc, pr, rc, rr = _pairs(rng)
         got = fn(*map(_f32, (pc, pr, rc, rr)), beta=beta, label_smoothing=eps)
         assert np.shape(got) == pc.shape, f"return one loss per pair, shape {pc.shape}; got {np.shape(got)}"
         _close(got, _dpo_ref(pc, pr, rc, rr, beta, eps), f"beta={beta}, label_smoothing={eps}")
@@ -146,9 +187,8 @@ def test_dpo_loss_matches_numpy(impl):
 
 
 @graded("dpo_loss")
-def test_dpo_loss_stable_for_large_margins(impl):
+def test_dpo_loss_stable_for_large_margins(impl, rng):
     """finite losses and gradients when β h is ±200 (log σ computed without log(σ))"""
-    rng = _rng(540)
     pc = _f32(rng.normal(size=4) * 0.1 - 5)
     big = _f32([400.0, -400.0, 300.0, -300.0])
     fn = lambda x: impl.dpo_loss(x + big, _f32(np.full(4, -5.0)), pc, _f32(np.full(4, -5.0)), beta=0.5,  # noqa: E731
@@ -161,9 +201,9 @@ def test_dpo_loss_stable_for_large_margins(impl):
 
 
 @graded("dpo_loss")
-def test_dpo_loss_policy_equals_reference(impl):
+def test_dpo_loss_policy_equals_reference(impl, rng):
     """policy == reference gives log 2 for every pair, whatever β and the smoothing"""
-    pc, pr, _, _ = _pairs(550)
+    pc, pr, _, _ = _pairs(rng)
     for beta, eps in [(0.1, 0.0), (3.0, 0.2)]:
         got = impl.dpo_loss(_f32(pc), _f32(pr), _f32(pc), _f32(pr), beta=beta, label_smoothing=eps)
         _close(got, np.full(pc.shape, np.log(2)), "policy == reference")
@@ -177,13 +217,12 @@ def _ipo_ref(pc, pr, rc, rr, nc, nr, tau):
     return (h - 1 / (2 * tau)) ** 2
 
 
-@graded("ipo_loss")
-def test_ipo_loss_matches_numpy(impl):
+@graded("ipo_loss", reference=True)
+def test_ipo_loss_matches_numpy(impl, rng):
     """(h - 1/(2τ))² on per-token-mean log-ratios (each completion divided by its own length), under jit"""
     fn = jax.jit(impl.ipo_loss, static_argnames="tau")
-    for seed, tau in [(560, 0.1), (561, 1.0)]:
-        rng = _rng(seed)
-        pc, pr, rc, rr = _pairs(seed)
+    for tau in (0.1, float(rng.uniform(0.3, 2.0))):
+        pc, pr, rc, rr = _pairs(rng)
         nc, nr = (rng.integers(1, 40, size=pc.shape).astype(np.float32) for _ in range(2))
         got = fn(*map(_f32, (pc, pr, rc, rr, nc, nr)), tau=tau)
         assert np.shape(got) == pc.shape, f"return one loss per pair, shape {pc.shape}; got {np.shape(got)}"
@@ -192,9 +231,8 @@ def test_ipo_loss_matches_numpy(impl):
 
 
 @graded("ipo_loss")
-def test_ipo_loss_minimum_at_the_target(impl):
+def test_ipo_loss_minimum_at_the_target(impl, rng):
     """the loss and its gradient are 0 where the mean log-ratio difference equals 1/(2τ)"""
-    rng = _rng(570)
     tau, n = 0.25, np.float32(rng.integers(2, 9))
     rc, rr, pr = (np.float32(rng.normal() - 10) for _ in range(3))
     pc = rc + n * (pr - rr) / n + n * 1 / (2 * tau)  # h = 1/(2τ) exactly
@@ -211,10 +249,9 @@ def _log_odds_ref(c, r):
     return (c - np.log(-np.expm1(c))) - (r - np.log(-np.expm1(r)))
 
 
-@graded("orpo_log_odds_ratio")
-def test_orpo_log_odds_ratio_matches_float64(impl):
+@graded("orpo_log_odds_ratio", reference=True)
+def test_orpo_log_odds_ratio_matches_float64(impl, rng):
     """log(odds(y_w) / odds(y_l)) from per-token mean log-probs matches a float64 reference, under jit"""
-    rng = _rng(580)
     c = -rng.uniform(0.05, 6.0, size=12).astype(np.float32)
     r = -rng.uniform(0.05, 6.0, size=12).astype(np.float32)
     got = jax.jit(impl.orpo_log_odds_ratio)(_f32(c), _f32(r))
@@ -225,9 +262,8 @@ def test_orpo_log_odds_ratio_matches_float64(impl):
 
 
 @graded("orpo_log_odds_ratio")
-def test_orpo_log_odds_ratio_stable_near_certainty(impl):
+def test_orpo_log_odds_ratio_stable_near_certainty(impl, rng):
     """accurate and with finite gradients for mean log-probs near 0 (p ≈ 1) and very negative (p ≈ 0)"""
-    rng = _rng(590)
     c = _f32(-np.array([1e-4, 2e-3, 0.6931, 0.7, 30.0, 80.0]) * rng.uniform(0.9, 1.1, size=6))
     r = _f32(-np.array([50.0, 0.3, 1e-3, 5.0, 1e-4, 0.01]) * rng.uniform(0.9, 1.1, size=6))
     got = np.asarray(jax.jit(impl.orpo_log_odds_ratio)(c, r))
@@ -247,8 +283,7 @@ def _accuracy_ref(policy, reference, valid):
     return (score * valid).sum() / n if n else 0.0, n
 
 
-def _accuracy_inputs(seed, B=10):
-    rng = _rng(seed)
+def _accuracy_inputs(rng, B=10):
     policy = np.round(rng.normal(size=(B, 2)) * 4 - 20, 1).astype(np.float32)
     reference = np.round(rng.normal(size=(B, 2)) * 4 - 20, 1).astype(np.float32)
     reference[:3] = policy[:3]  # three ties: the policy has not moved on them
@@ -257,11 +292,11 @@ def _accuracy_inputs(seed, B=10):
     return policy, reference, valid
 
 
-@graded("preference_accuracy")
-def test_preference_accuracy_matches_reference(impl):
+@graded("preference_accuracy", reference=True)
+def test_preference_accuracy_matches_reference(impl, rng):
     """the implicit reward ranks the pair right (1), ties (0.5), wrong (0), over real pairs only; (accuracy, count)"""
-    for seed in (600, 601):
-        policy, reference, valid = _accuracy_inputs(seed)
+    for B in (10, int(rng.integers(4, 20))):
+        policy, reference, valid = _accuracy_inputs(rng, B)
         out = jax.jit(impl.preference_accuracy, static_argnames="beta")(_f32(policy), _f32(reference), _f32(valid),
                                                                           beta=0.1)
         assert isinstance(out, tuple) and len(out) == 2, "return a tuple (accuracy, count)"
@@ -273,9 +308,9 @@ def test_preference_accuracy_matches_reference(impl):
 
 
 @graded("preference_accuracy")
-def test_preference_accuracy_combines_batches_exactly(impl):
+def test_preference_accuracy_combines_batches_exactly(impl, rng):
     """count-weighted accuracies of two batches equal the accuracy of both together (any β > 0)"""
-    policy, reference, valid = _accuracy_inputs(610, B=14)
+    policy, reference, valid = _accuracy_inputs(rng, B=14)
     whole, _ = impl.preference_accuracy(_f32(policy), _f32(reference), _f32(valid), beta=2.0)
     parts = [impl.preference_accuracy(_f32(policy[s]), _f32(reference[s]), _f32(valid[s]), beta=2.0)
              for s in (slice(0, 5), slice(5, None))]
