@@ -73,6 +73,7 @@ class RLOptions:
         if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
             raise ConfigError(f"reward_weights: {len(self.reward_weights)} weights for {len(self.rewards)} rewards "
                               f"({', '.join(self.rewards)})")
+        self.reward_functions()  # an unknown name is a ConfigError here, before any data or weights load
         if self.overlong_buffer > self.max_new_tokens:
             raise ConfigError(f"overlong_buffer: {self.overlong_buffer} is longer than max_new_tokens="
                               f"{self.max_new_tokens}")
