@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import jax
@@ -90,10 +91,13 @@ def _mismatch(item: str, stored, target) -> str | None:
 
 
 class _HoldBackOrbaxErrors(logging.Filter):
-    """Drops orbax's error logs: each repeats, as a traceback, a failure that Checkpoints raises as one line."""
+    """Drops orbax's error logs, and asyncio's "Task exception was never retrieved" for orbax's other write tasks:
+    each repeats, as a traceback, a failure that Checkpoints raises as one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+        if record.levelno < logging.ERROR:
+            return True
+        return "orbax" not in record.pathname and "orbax" not in record.getMessage()
 
 
 def _drop_closed_event_loop(previous):
@@ -111,12 +115,14 @@ def _drop_closed_event_loop(previous):
 
 
 def _quiet_orbax_noise() -> None:
-    """Install both (once per process): a failed write is then one CheckpointError and nothing else."""
+    """Install these (once per process): a failed write is then one CheckpointError and nothing else."""
     if not getattr(sys.unraisablehook, "drops_closed_event_loop", False):
         sys.unraisablehook = _drop_closed_event_loop(sys.unraisablehook)
-    absl = logging.getLogger("absl")
-    if not any(isinstance(f, _HoldBackOrbaxErrors) for f in absl.filters):
-        absl.addFilter(_HoldBackOrbaxErrors())
+    for logger in (logging.getLogger("absl"), logging.getLogger("asyncio")):
+        if not any(isinstance(f, _HoldBackOrbaxErrors) for f in logger.filters):
+            logger.addFilter(_HoldBackOrbaxErrors())
+    # the write tasks a failure cancels before they ran
+    warnings.filterwarnings("ignore", message="coroutine 'async_serialize_from_host", category=RuntimeWarning)
 
 
 class Checkpoints:
