@@ -23,8 +23,8 @@ forward = nnx.jit(lambda model, tokens: model(tokens))
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A 2-layer model of the tiny family with the tiny tokenizer and trained-looking (non-zero) adapters, exported."""
-    _, tokenizer = tunix_lite.load("tiny")
-    model = Transformer(get_config("tiny").replace(num_layers=2), rngs=nnx.Rngs(1))
+    loaded, tokenizer = tunix_lite.load("tiny")  # its config as read from config.json, as a user's model has it
+    model = Transformer(loaded.config.replace(num_layers=2), rngs=nnx.Rngs(1))
     apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(0))
     for i, (path, value) in enumerate(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))):
         if path[-1] == "lora_b":

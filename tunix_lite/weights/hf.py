@@ -193,10 +193,13 @@ def config_to_hf(c: ModelConfig) -> dict:
         "pad_token_id": c.pad_id, "attention_bias": False, "torch_dtype": "float32",
     }
     if c.family == "gemma3":
+        qpas = c.query_pre_attn_scalar
+        if qpas is not None and float(qpas).is_integer():
+            qpas = int(qpas)  # transformers types the field int (and refuses 64.0)
         layer_types = ["full_attention" if c.is_global(i) else "sliding_attention" for i in range(c.num_layers)]
         return hf | {
             "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": c.query_pre_attn_scalar,
+            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": qpas,
             "sliding_window": c.sliding_window, "layer_types": layer_types,
             "rope_parameters": {"full_attention": rope, "sliding_attention":
                                 {"rope_type": "default", "rope_theta": c.rope_local_base or c.rope_base}},
