@@ -280,20 +280,15 @@ def _check_rewards(pipeline: Pipeline) -> None:
         if not rewards:
             continue
         if names is None:
-            names = set(reward_functions())
+            from tunix_lite.rl.rewards import REWARD_FUNCTIONS  # the RL registry, verifiers included
+
+            names = set(REWARD_FUNCTIONS)
         unknown = [r for r in rewards if r not in names]
         if unknown:
             close = difflib.get_close_matches(unknown[0], names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"stages[{i}] ({stage.name}): rewards: {unknown[0]!r} is not a reward function{hint}; "
                               f"choose from {', '.join(sorted(names))}")
-
-
-def reward_functions() -> dict:
-    """Every reward a stage may name (the RL package's registry, verifiers included)."""
-    from tunix_lite.rl.rewards import REWARD_FUNCTIONS
-
-    return dict(REWARD_FUNCTIONS)
 
 
 def _stage_values(spec: PipelineSpec, data: DataSpec, stage: Stage, model: str, *, check: bool = False) -> dict:
