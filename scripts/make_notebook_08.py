@@ -5,20 +5,7 @@
 The setup cell and badges are placeholders that `--stamp` rewrites, as for every notebook.
 """
 
-import json
-from pathlib import Path
-
-CELLS = []
-
-
-def md(text):
-    CELLS.append({"cell_type": "markdown", "metadata": {}, "source": text.strip("\n")})
-
-
-def code(text):
-    CELLS.append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                  "source": text.strip("\n")})
-
+from notebook_source import code, md, write
 
 md("""
 # Phase 8 · Sharding and TPU scaling: one training step on many devices
@@ -493,10 +480,4 @@ that fits, choosing a mesh, all on paper and checked numerically), then [phase 9
 runs the capstone on a TPU with `mesh: auto`.
 """)
 
-notebook = {"cells": CELLS, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                        "name": "python3"},
-                                         "language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
-path = Path(__file__).resolve().parents[1] / "notebooks" / "08_sharding_and_tpu_scaling.ipynb"
-path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-print(f"wrote {path}")
+write("08_sharding_and_tpu_scaling.ipynb")

@@ -5,20 +5,7 @@
 The setup cell and badges are placeholders that `--stamp` rewrites, as for every notebook.
 """
 
-import json
-from pathlib import Path
-
-CELLS = []
-
-
-def md(text):
-    CELLS.append({"cell_type": "markdown", "metadata": {}, "source": text.strip("\n")})
-
-
-def code(text):
-    CELLS.append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-                  "source": text.strip("\n")})
-
+from notebook_source import code, md, write
 
 md("""
 # Phase 9 · Capstone: a small reasoning model, end to end
@@ -388,10 +375,4 @@ md("""
 5. Why does every session train at least one step even when its budget is already spent?
 """)
 
-nb = {"cells": CELLS, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                                   "language_info": {"name": "python"}},
-      "nbformat": 4, "nbformat_minor": 5}
-for i, cell in enumerate(nb["cells"]):
-    cell["id"] = f"cell-{i:02d}"
-Path("notebooks/09_capstone_reasoning_model.ipynb").write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
-print("wrote notebooks/09_capstone_reasoning_model.ipynb")
+write("09_capstone_reasoning_model.ipynb")
