@@ -229,7 +229,6 @@ def _pct(cell: dict) -> str:
 
 def figures_03(r: dict):
     import matplotlib.pyplot as plt
-    import numpy as np
 
     names = r["models"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 3.6), gridspec_kw={"width_ratios": [1, 2]})
@@ -268,7 +267,6 @@ def _sample_lines(items: list[dict]) -> list[str]:
 
 def figures_04(r: dict):
     import matplotlib.pyplot as plt
-    import numpy as np
 
     tiny = r["tiny"]
     names = list(tiny)

@@ -42,7 +42,6 @@ import difflib
 import json
 import math
 import os
-import shutil
 import time
 import typing
 import uuid

@@ -22,12 +22,11 @@ import dataclasses
 from pathlib import Path
 from typing import ClassVar, Literal
 
-import numpy as np
 from flax import nnx
 
 from tunix_lite.data.batches import Batches
 from tunix_lite.data.sft import SFTBatches, padded_rows, tokenize_sft
-from tunix_lite.distill.cache import CacheError, TeacherCache, build_cache, cache_key, vocabulary_fingerprint
+from tunix_lite.distill.cache import TeacherCache, build_cache, cache_key, vocabulary_fingerprint
 from tunix_lite.distill.objective import DistillLoss
 from tunix_lite.distill.student import WithProjection, check_layer_map, keep_layers, uniform_layer_map
 from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,

@@ -8,10 +8,8 @@ notebook, on random problems drawn from `rng` afresh per grading run, so a hard-
 
 from __future__ import annotations
 
-import itertools
 import math
 
-import numpy as np
 from jax.sharding import AbstractMesh
 
 from tunix_lite.course.graded import graded
