@@ -112,3 +112,28 @@ def test_agent_config_refuses_the_reasoning_tasks_held_out_check():
     with pytest.raises(ValueError, match="n_test: 50 is GRPO's held-out check of the reasoning tasks; the agent "
                                          "evaluates calculator problems with n_eval"):
         AgentConfig.from_dict({"algorithm": "agent", "n_test": 50})
+
+
+@pytest.mark.slow
+def test_cli_agent_trains_on_whole_trajectories(tmp_path, capsys):
+    """`tunix-lite train` with `algorithm: agent` runs run_agent itself: rollouts through the calculator, rewards
+    and tool rate logged per step, held-out accuracy with and without the tool before and after training."""
+    import yaml
+
+    from tunix_lite.cli import main
+
+    out = tmp_path / "run"
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(dict(
+        algorithm="agent", model="tiny", n_train=8, n_validation=2, n_test=0, n_eval=2, seq_len=64,
+        max_new_tokens=8, batch_size=2, group_size=2, steps=2, warmup_steps=0, learning_rate=1e-5,
+        checkpoint_every=2, log_every=1, eval_every=0, output_dir=str(out))))
+    assert main(["train", "--config", str(path)]) == 0
+    assert "8 problems x 2 trajectories of <= 1 calculator call(s)" in capsys.readouterr().out
+    scores = yaml.safe_load((out / "scores.json").read_text())
+    for when in ("before", "after"):
+        assert set(scores[when]) >= {"accuracy_tool", "accuracy_no_tool", "tool_rate"}, scores
+    lines = [yaml.safe_load(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2]
+    assert all(k in m for m in lines for k in ("reward", "tool_rate", "length", "loss")), lines
+    assert (out / "model").is_dir() and (out / "checkpoints" / "2").is_dir()
