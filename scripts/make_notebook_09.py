@@ -72,19 +72,19 @@ pipeline_values = {
     "data": {"style": "reasoning", "domains": ["arithmetic", "compare", "sort", "count", "sequence", "instruction"],
              "weights": {"arithmetic": 2, "compare": 1, "sort": 1, "count": 1, "sequence": 2, "instruction": 1},
              "n_train": 400 if CI else 1200, "n_validation": 16 if CI else 32, "n_test": 64,
-             "n_pairs": 128 if CI else 400},
+             "n_pairs": 48 if CI else 400},
     "defaults": {"seq_len": 160, "truncation": "drop", "batch_size": 8, "checkpoint_every": 20,
                  "eval_every": 0, "log_every": 5, "n_accuracy": 0},
     "stages": [
-        {"name": "sft", "algorithm": "sft", "steps": 24 if CI else 60, "packing": True, "learning_rate": 1e-3,
+        {"name": "sft", "algorithm": "sft", "steps": 16 if CI else 60, "packing": True, "learning_rate": 1e-3,
          "warmup_steps": 3},
-        {"name": "dpo", "algorithm": "dpo", "steps": 6 if CI else 30, "learning_rate": 2e-5, "warmup_steps": 1,
+        {"name": "dpo", "algorithm": "dpo", "steps": 4 if CI else 30, "learning_rate": 2e-5, "warmup_steps": 1,
          "beta": 0.1},
-        {"name": "grpo", "algorithm": "grpo", "steps": 4 if CI else 30, "learning_rate": 1e-5, "warmup_steps": 1,
+        {"name": "grpo", "algorithm": "grpo", "steps": 2 if CI else 30, "learning_rate": 1e-5, "warmup_steps": 1,
          "batch_size": 4, "group_size": 4, "max_new_tokens": 64, "rewards": ["exact_match", "reasoning_format"]},
     ],
-    "evaluation": {"n_prompts": 16 if CI else 32, "samples": 4 if CI else 8, "scaling": [1, 2, 4] if CI else [1, 2, 4, 8],
-                   "batch_size": 16},
+    "evaluation": {"n_prompts": 8 if CI else 32, "samples": 4 if CI else 8, "scaling": [1, 2, 4] if CI else [1, 2, 4, 8],
+                   "batch_size": 32},
 }
 workdir = pathlib.Path(tempfile.mkdtemp(prefix="capstone_"))
 
@@ -110,7 +110,8 @@ does not exist, a time budget too short for a single step.
 code("""
 # NBVAL_CHECK_OUTPUT
 bad = {
-    "from a missing stage": {"stages": [pipeline_values["stages"][0], {"algorithm": "sft", "from": "sfft"}]},
+    "from a missing stage": {"stages": [pipeline_values["stages"][0],
+                                        {"name": "more", "algorithm": "sft", "from": "sfft"}]},
     "a reward that does not exist": {"stages": [pipeline_values["stages"][0] | {"name": "first"},
                                                 pipeline_values["stages"][2] | {"rewards": ["exact_match", "fromat"]}]},
     "a budget shorter than a step": {"max_minutes": 1e-6},
@@ -302,11 +303,11 @@ agent = write_pipeline({
     "data": {"tasks": "calculator", "n_train": 400, "n_validation": 16, "n_test": 32},
     "defaults": {"seq_len": 128, "batch_size": 8, "checkpoint_every": 10, "eval_every": 0, "log_every": 5,
                  "n_accuracy": 0},
-    "stages": [{"name": "sft", "algorithm": "sft", "steps": 20 if CI else 60, "learning_rate": 1e-3,
+    "stages": [{"name": "sft", "algorithm": "sft", "steps": 16 if CI else 60, "learning_rate": 1e-3,
                 "warmup_steps": 2},
-               {"name": "rl", "algorithm": "agent", "steps": 4 if CI else 40, "learning_rate": 1e-5,
+               {"name": "rl", "algorithm": "agent", "steps": 2 if CI else 40, "learning_rate": 1e-5,
                 "warmup_steps": 1, "batch_size": 4, "group_size": 4, "max_new_tokens": 24, "n_eval": 0}],
-    "evaluation": {"n_prompts": 16 if CI else 32},
+    "evaluation": {"n_prompts": 8 if CI else 32},
 }, name="agent.yaml")
 agent_result = run_pipeline(load_pipeline(agent))
 display(Markdown(agent_result.table))
