@@ -16,6 +16,7 @@ export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$PWD/.cache/jax}"
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0.5}"
 .venv/bin/python -m tunix_lite.course.build --check   # committed exercises == a fresh build
 # One worker per core; a file's tests stay on one worker (module fixtures, a notebook's cells in order).
-.venv/bin/python -m pytest -p tunix_lite.course.nbtiming -n "${PYTEST_WORKERS:-auto}" --dist loadfile \
+# --durations: the 30 slowest tests and notebook cells, printed at the end (where the CI time goes).
+.venv/bin/python -m pytest -p tunix_lite.course.nbtiming -n "${PYTEST_WORKERS:-auto}" --dist loadfile --durations=30 \
   --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=600 \
   tests notebooks solutions "$@"
