@@ -5,6 +5,9 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
     python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
     python scripts/rl_results.py overfit                # the sanity check: GRPO drives 4 prompts to exact match
+    python scripts/rl_results.py passk                  # greedy vs mean / pass@8 of samples, validation, per domain
+    python scripts/rl_results.py run grpo --split validation --name X --set ...   # choose settings on validation
+    python scripts/rl_results.py test --name X          # then score the chosen run once on the test split
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
                                                         # (the .md keeps its hand-written part above MARKER)
 
