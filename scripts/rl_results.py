@@ -5,6 +5,9 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
     python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
     python scripts/rl_results.py overfit                # the sanity check: GRPO drives 4 prompts to exact match
+    python scripts/rl_results.py passk                  # greedy vs mean / pass@8 of samples, validation, per domain
+    python scripts/rl_results.py run grpo --split validation --name X --set ...   # choose settings on validation
+    python scripts/rl_results.py test --name X          # then score the chosen run once on the test split
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
                                                         # (the .md keeps its hand-written part above MARKER)
 
@@ -61,7 +64,10 @@ def run_sft() -> None:
     run_sft(config)
 
 
-def run_variant(variant: str, steps: int | None, changes: dict | None = None) -> dict:
+def run_variant(variant: str, steps: int | None, changes: dict | None = None, *, split: str = "test",
+                save: Path | None = None) -> dict:
+    """Train one variant from the SFT model; accuracy before/after on the test split, or on the validation split
+    when choosing settings (`split`); `save`: also export the trained model there (for `test` later)."""
     import importlib
 
     import tunix_lite
@@ -71,7 +77,7 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None) ->
         sys.exit(f"{SFT} does not exist: run `python scripts/rl_results.py sft` first")
     config = config_for(variant, steps, changes)
     module, _, driver = ALGORITHMS[config.algorithm]
-    records = test_records()
+    records = test_records() if split == "test" else validation_records()
     start, tokenizer = tunix_lite.load(str(SFT))
     before, before_texts = accuracy(start, tokenizer, records)
     del start
@@ -79,15 +85,33 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None) ->
     result = getattr(importlib.import_module(module), driver)(config)
     seconds = time.perf_counter() - began
     after, after_texts = accuracy(result.model, tokenizer, records)
+    if save is not None:
+        from tunix_lite.export import export_model
+
+        export_model(result.model, tokenizer, save, orbax=False)
     history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
     return {"variant": variant, "what": VARIANTS[variant][2],
             "command": f"python scripts/rl_results.py run {variant}" + (f" --steps {steps}" if steps else "")
                        + "".join(f" --set {k}={json.dumps(v)}" for k, v in (changes or {}).items()),
-            "changes": changes or {},
+            "changes": changes or {}, "split": split,
             "config": {k: getattr(config, k) for k in ("algorithm", "steps", "batch_size", "group_size",
                                                        "max_new_tokens", "learning_rate", "beta", "rewards")},
             "seconds": round(seconds), "accuracy": {"before": before, "after": after}, "history": history,
             "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
+
+
+def test_saved(result: dict, model_dir: Path) -> dict:
+    """A run chosen on the validation split, scored once on the test split: its JSON with the accuracy replaced."""
+    import tunix_lite
+
+    records = test_records()
+    start, tokenizer = tunix_lite.load(str(SFT))
+    before, before_texts = accuracy(start, tokenizer, records)
+    model, _ = tunix_lite.load(str(model_dir / "hf"))
+    after, after_texts = accuracy(model, tokenizer, records)
+    return result | {"split": "test", "validation_accuracy": result["accuracy"],
+                     "accuracy": {"before": before, "after": after},
+                     "samples": samples(records, {"SFT": before_texts, result["variant"]: after_texts})}
 
 
 def overfit(steps: int = 30) -> list[float]:
@@ -100,6 +124,67 @@ def overfit(steps: int = 30) -> list[float]:
                         learning_rate=3e-4, warmup_steps=1, beta=0.0, rewards=["exact_match"], n_accuracy=0,
                         n_test=0, eval_every=0, log_every=1, output_dir=None, seed=1)
     return [round(h["reward/exact_match"], 2) for h in run_grpo(config, verbose=False).history]
+
+
+def validation_records(n: int = 280) -> list[dict]:
+    """Validation-split prompts (seed 0), each once: where settings are chosen (the test split is reported once)."""
+    from tunix_lite.data.synthetic import make_splits
+
+    seen, out = set(), []
+    for record in make_splits(0, n, 0, seed=0)["validation"]:
+        if record["prompt"] not in seen:
+            seen.add(record["prompt"])
+            out.append(record)
+    return out
+
+
+def pass_at_k(model_path: Path, *, group_size: int = 8, temperature: float = 1.0, n: int = 280,
+              chunk: int = 32) -> dict:
+    """What RL can work with, per domain of the validation split: greedy exact match (pass@1 at temperature 0),
+    the mean exact match of G samples at the rollouts' temperature, pass@G (some sample right), and the share of
+    groups that carry signal (some but not all samples right). GRPO can only turn pass@G into greedy accuracy
+    where pass@G is well above it; a group of all-wrong or all-right samples gives no gradient."""
+    import numpy as np
+
+    import tunix_lite
+    from tunix_lite.rl.engine import SamplerEngine
+    from tunix_lite.rl.rewards import reward_set
+    from tunix_lite.rl.rollouts import Prompts, sample_groups
+    from tunix_lite.training.config import read_yaml
+
+    grpo = read_yaml(ROOT / "configs" / "grpo_tiny.yaml")
+    records = validation_records(n)
+    model, tokenizer = tunix_lite.load(str(model_path))
+    greedy, greedy_texts = accuracy(model, tokenizer, records)
+    from tunix_lite.data.synthetic import reward_exact_match
+
+    greedy_hits = reward_exact_match(None, greedy_texts, [r["answer"] for r in records])
+    prompts = Prompts.build(records, tokenizer, max_tokens=grpo["max_prompt_tokens"])
+    engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length)
+    rewards = reward_set(["exact_match", "format"])
+    row_len = min(grpo["seq_len"], prompts.length + grpo["max_new_tokens"] - 1)
+    hits, formats = [], []
+    for start in range(0, len(prompts), chunk):
+        index = list(range(start, min(start + chunk, len(prompts))))
+        index += [index[-1]] * (chunk - len(index))  # one shape: pad with the last prompt, drop its rows after
+        groups = sample_groups(engine, prompts, index, rewards, group_size=group_size,
+                               max_new_tokens=grpo["max_new_tokens"], row_len=row_len, temperature=temperature,
+                               seed=start)
+        keep = min(chunk, len(prompts) - start) * group_size
+        hits.append(groups.parts["exact_match"][:keep].reshape(-1, group_size))
+        formats.append(groups.parts["format"][:keep].reshape(-1, group_size))
+    hits, formats = np.concatenate(hits), np.concatenate(formats)
+    table = {}
+    for domain in ["all", *sorted({r["domain"] for r in prompts.records})]:
+        rows = [i for i, r in enumerate(prompts.records) if domain in ("all", r["domain"])]
+        h = hits[rows]
+        right = h.sum(axis=1)
+        table[domain] = {"n": len(rows), "greedy": float(np.mean([greedy_hits[i] for i in rows])),
+                         "sample_mean": float(h.mean()), f"pass@{group_size}": float((right > 0).mean()),
+                         "signal_groups": float(((right > 0) & (right < group_size)).mean()),
+                         "sample_format": float(formats[rows].mean())}
+    return {"model": str(model_path), "group_size": group_size, "temperature": temperature, "n": len(prompts),
+            "domains": table}
 
 
 def _value(text: str):
@@ -161,23 +246,49 @@ def plot(results: dict[str, dict], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("sft", "run", "overfit", "table"))
+    parser.add_argument("what", choices=("sft", "run", "overfit", "table", "passk", "test"))
     parser.add_argument("variant", nargs="?", choices=tuple(VARIANTS))
     parser.add_argument("--steps", type=int, default=None, help="override the config's steps")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="change one more config key (the value in YAML), e.g. --set learning_rate=3e-4")
     parser.add_argument("--name", default=None, help="the JSON's name (default: the variant's)")
+    parser.add_argument("--split", choices=("test", "validation"), default="test",
+                        help="run: where accuracy is measured (validation to choose settings; then `test NAME`)")
+    parser.add_argument("--model", type=Path, default=SFT, help="passk: the model to measure")
+    parser.add_argument("--temperature", type=float, default=1.0, help="passk: the samples' temperature")
     parser.add_argument("--dir", type=Path, default=OUT / "06_rl", help="where each variant's JSON goes")
     args = parser.parse_args()
     if args.what == "sft":
         run_sft()
+    elif args.what == "test":
+        if args.name is None:
+            parser.error("test: --name NAME of a run made with --split validation")
+        chosen = json.loads((OUT / "06_rl_validation" / f"{args.name}.json").read_text())
+        result = test_saved(chosen, ROOT / "runs" / "rl_results" / args.name)
+        result["command"] += f", then python scripts/rl_results.py test --name {args.name}"
+        args.dir.mkdir(parents=True, exist_ok=True)
+        (args.dir / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(json.dumps({"before": result["accuracy"]["before"]["all"], "after": result["accuracy"]["after"]["all"]}))
+    elif args.what == "passk":
+        result = pass_at_k(args.model, temperature=args.temperature)
+        path = OUT / f"06_rl_passk_{args.name or args.model.parent.name}_t{args.temperature:g}.json"
+        path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        print(f"{'domain':12s} {'n':>4s} greedy  sample-mean  pass@8  signal-groups  format")
+        for d, v in result["domains"].items():
+            print(f"{d:12s} {v['n']:4d} {v['greedy']:6.2f} {v['sample_mean']:12.2f} {v['pass@8']:7.2f} "
+                  f"{v['signal_groups']:14.2f} {v['sample_format']:7.2f}")
     elif args.what == "overfit":
         print("rollout exact match per step:", overfit(args.steps or 30))
     elif args.what == "run":
         if args.variant is None:
             parser.error("run: name a variant")
         changes = {k: _value(v) for k, v in (item.split("=", 1) for item in args.set)}
-        result = run_variant(args.variant, args.steps, changes)
+        name = args.name or args.variant
+        save = ROOT / "runs" / "rl_results" / name if args.split == "validation" else None
+        result = run_variant(args.variant, args.steps, changes, split=args.split, save=save)
+        if args.split == "validation":
+            args.dir = OUT / "06_rl_validation"
+            result["command"] += f" --split validation --name {name}"
         args.dir.mkdir(parents=True, exist_ok=True)
         (args.dir / f"{args.name or args.variant}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(json.dumps({k: result[k] for k in ("variant", "seconds")} | {
