@@ -69,7 +69,8 @@ def verdict(before: dict, after: dict, n: int) -> str:
             f"{round(abs(after['accuracy'] - before['accuracy']) * n)} of {n} answers).")
 
 
-def tiny(args) -> tuple[str, dict]:
+def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
+    """The runs in args.runs, in order; `save(text, scores)` after each, so a long second run never loses the first."""
     import tunix_lite
     from tunix_lite.data.synthetic import preference_pairs
     from tunix_lite.preference.dpo import run_dpo
@@ -96,6 +97,11 @@ def tiny(args) -> tuple[str, dict]:
         scores[f"{name}_after"] = heldout_report(result.model, reference, tokenizer, test, beta=config.beta)
         columns |= {before_name: scores[f"{name}_before"], after_name: scores[f"{name}_after"]}
         print(json.dumps({name: {"before": scores[f"{name}_before"], "after": scores[f"{name}_after"]}}), flush=True)
+        save(report(args, test, columns, scores, seconds, steps, settings), scores)
+    return report(args, test, columns, scores, seconds, steps, settings), scores
+
+
+def report(args, test, columns, scores, seconds, steps, settings) -> str:
     text = table(columns, n=len(test))
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
     reproduce = (f"Reproduce: `nice -n 10 python scripts/preference_results.py {shlex.join(sys.argv[1:])}` (after "
@@ -107,7 +113,7 @@ def tiny(args) -> tuple[str, dict]:
             f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")
     if "dpo_after" in scores:
         note += "\n\n" + verdict(scores["dpo_before"], scores["dpo_after"], len(test))
-    return "\n\n".join([reproduce, text, note]), scores
+    return "\n\n".join([reproduce, text, note])
 
 
 def gemma(args) -> tuple[str, dict]:
@@ -192,12 +198,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the table (.md) and the scores (.json)")
     args = parser.parse_args()
     args.n_test = args.n_test or (32 if args.gemma else 140)
-    text, scores = gemma(args) if args.gemma else tiny(args)
+
+    def save(text, scores):
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
+            args.out.with_suffix(".json").write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+
+    text, scores = gemma(args) if args.gemma else tiny(args, save)
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+    save(text, scores)
     return 0
 
 
