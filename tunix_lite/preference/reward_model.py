@@ -11,7 +11,8 @@ reply). Only differences of rewards are learned: a constant shift of r changes n
     reward = reward_model_reward("runs/rm/reward_model")    # or reward_model_reward(result.model, result.tokenizer,
     reward(prompts, completions)                            #   seq_len=128); TRL-style: one float per completion
 
-A GRPO or PPO config uses it beside the programmatic rewards: `rewards: [exact_match, reward_model:runs/rm/reward_model]`.
+A GRPO or PPO config uses it beside the programmatic rewards:
+`rewards: [exact_match, reward_model:runs/rm/reward_model]`.
 """
 
 from __future__ import annotations
