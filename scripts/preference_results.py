@@ -6,19 +6,22 @@
 
 Both runs are evaluated on the same held-out pairs (`preference_pairs(n, seed=2024, split="test")`: prompts no
 training split contains) against the model each run started from: the SFT model for DPO, the pretrained tiny model
-for ORPO. DPO needs the SFT stage first (`tunix-lite train --config configs/sft_tiny.yaml`).
+for ORPO. DPO needs the SFT stage first (`tunix-lite train --config configs/sft_tiny.yaml`). Rates carry a 95% Wilson
+interval. Choose a recipe on the validation split (`--split validation --set KEY=VALUE ...`), report it on the test
+split once.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import resource
 import sys
 import time
 from pathlib import Path
 
-COMMAND = "nice -n 10 python scripts/preference_results.py --out course/results/05_preference"
 ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref) ranks the pair right"),
         ("logps/accuracies", "pair accuracy: log π(chosen) > log π(rejected)"),
         ("rewards/margins", "mean implicit-reward margin"),
@@ -29,18 +32,45 @@ ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref
         ("flaw/wrong", "flaw: wrong tagged answer"),
         ("flaw/untagged", "flaw: no answer tag"),
         ("flaw/unclosed", "flaw: unclosed tag")]
+RATES = ("rewards/accuracies", "logps/accuracies", "accuracy", "format", "flaw/wrong", "flaw/untagged", "flaw/unclosed")
 
 
-def table(columns: dict[str, dict], rows=ROWS) -> str:
+def wilson(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a rate measured on n examples."""
+    centre, half = rate + z * z / (2 * n), z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+
+
+def table(columns: dict[str, dict], rows=ROWS, n: int | None = None) -> str:
+    """Markdown table of the scores; with n, rates get their 95% Wilson interval."""
     names = list(columns)
     lines = ["| held out | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for key, label in rows:
+
+    def cell(key, value):
+        if n is None or key not in RATES:
+            return f"{value:.3f}"
+        low, high = wilson(value, n)
+        return f"{value:.3f} [{low:.2f}, {high:.2f}]"
+
+    domains = sorted({k for c in columns.values() for k in c if k.startswith("accuracy/")})
+    for key, label in [*rows, *((d, f"exact match: {d.removeprefix('accuracy/')}") for d in domains)]:
         if all(key in c for c in columns.values()):
-            lines.append(f"| {label} | " + " | ".join(f"{columns[n][key]:.3f}" for n in names) + " |")
+            lines.append(f"| {label} | " + " | ".join(cell(key, columns[name][key]) for name in names) + " |")
     return "\n".join(lines)
 
 
-def tiny(args) -> tuple[str, dict]:
+def verdict(before: dict, after: dict, n: int) -> str:
+    """SFT -> DPO against issue 12's targets: held-out implicit-reward pair accuracy >= 0.90, exact match not lower."""
+    low, _ = wilson(after["rewards/accuracies"], n)
+    em = f"{before['accuracy']:.3f} -> {after['accuracy']:.3f}"
+    return (f"Against the targets (SFT -> DPO): implicit-reward pair accuracy {after['rewards/accuracies']:.3f} "
+            f"(interval from {low:.2f}; target >= 0.90: {'met' if after['rewards/accuracies'] >= 0.9 else 'NOT met'}); "
+            f"exact match {em} (must not fall: {'met' if after['accuracy'] >= before['accuracy'] else 'NOT met'}; "
+            f"{round(abs(after['accuracy'] - before['accuracy']) * n)} of {n} answers).")
+
+
+def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
+    """The runs in args.runs, in order; `save(text, scores)` after each, so a long second run never loses the first."""
     import tunix_lite
     from tunix_lite.data.synthetic import preference_pairs
     from tunix_lite.preference.dpo import run_dpo
@@ -49,15 +79,16 @@ def tiny(args) -> tuple[str, dict]:
 
     if "dpo" in args.runs.split(",") and not Path(args.sft).is_dir():
         sys.exit(f"{args.sft} does not exist: run `tunix-lite train --config configs/sft_tiny.yaml` first")
-    test = preference_pairs(args.n_test, seed=2024, split="test")
+    test = preference_pairs(args.n_test, seed=2024, split=args.split)
     quiet = dict(output_dir=None, n_accuracy=0, eval_every=0) | ({"n_train": args.n_train} if args.n_train else {})
+    settings = dict(overrides(args.set))
     runs = {"dpo": ("configs/dpo_tiny.yaml", args.sft, "SFT model", "SFT → DPO"),
             "orpo": ("configs/orpo_tiny.yaml", "tiny", "pretrained tiny", "tiny → ORPO")}
     scores, seconds, columns, steps = {}, {}, {}, {}
     for name in args.runs.split(","):
         config_file, start, before_name, after_name = runs[name]
         reference, tokenizer = tunix_lite.load(start)
-        config = load_config(config_file, model=start, **quiet)
+        config = load_config(config_file, model=start, **quiet | settings)
         scores[f"{name}_before"] = heldout_report(reference, reference, tokenizer, test, beta=config.beta)
         print(json.dumps({f"{name}_before": scores[f"{name}_before"]}), flush=True)
         began = time.perf_counter()
@@ -66,13 +97,23 @@ def tiny(args) -> tuple[str, dict]:
         scores[f"{name}_after"] = heldout_report(result.model, reference, tokenizer, test, beta=config.beta)
         columns |= {before_name: scores[f"{name}_before"], after_name: scores[f"{name}_after"]}
         print(json.dumps({name: {"before": scores[f"{name}_before"], "after": scores[f"{name}_after"]}}), flush=True)
-    text = table(columns)
+        save(report(args, test, columns, scores, seconds, steps, settings), scores)
+    return report(args, test, columns, scores, seconds, steps, settings), scores
+
+
+def report(args, test, columns, scores, seconds, steps, settings) -> str:
+    text = table(columns, n=len(test))
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
-    note = (f"Reproduce: `{COMMAND}` (after `tunix-lite train --config configs/sft_tiny.yaml`).\n\n"
-            f"{args.n_test} held-out test pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
-            f"split=\"test\")`); implicit rewards against each run's starting model, β = 0.1"
+    reproduce = (f"Reproduce: `nice -n 10 python scripts/preference_results.py {shlex.join(sys.argv[1:])}` (after "
+                 f"`tunix-lite train --config configs/sft_tiny.yaml`).")
+    note = (f"{args.n_test} held-out {args.split} pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
+            f"split=\"{args.split}\")`), rates with 95% Wilson intervals; implicit rewards against each run's "
+            f"starting model, β = 0.1"
+            f"{f'; overrides {settings}' if settings else ''}"
             f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")
-    return text + "\n\n" + note, scores
+    if "dpo_after" in scores:
+        note += "\n\n" + verdict(scores["dpo_before"], scores["dpo_after"], len(test))
+    return "\n\n".join([reproduce, text, note])
 
 
 def gemma(args) -> tuple[str, dict]:
@@ -128,6 +169,19 @@ def gemma(args) -> tuple[str, dict]:
                                                                               "step_s": times, "peak_gib": peak_gib}
 
 
+def overrides(pairs: list[str]) -> list[tuple[str, object]]:
+    """KEY=VALUE strings -> (key, YAML-parsed value)."""
+    import yaml
+
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            sys.exit(f"--set {pair}: expected KEY=VALUE, e.g. --set beta=0.2")
+        out.append((key, yaml.safe_load(value)))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemma", action="store_true", help="the Gemma 3 270M LoRA-DPO run instead of the tiny ones")
@@ -137,15 +191,23 @@ def main() -> int:
     parser.add_argument("--runs", default="dpo,orpo", help="tiny: which recipes, in order (dpo, orpo)")
     parser.add_argument("--n-train", type=int, default=None, help="tiny: override the configs' n_train (the "
                                                                    "reference log-probs cover every training pair)")
+    parser.add_argument("--split", default="test", choices=("validation", "test"),
+                        help="tiny: which held-out split scores the runs (choose recipes on validation)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="tiny: override a config key of every run (repeatable), e.g. --set steps=200")
     parser.add_argument("--out", type=Path, default=None, help="also write the table (.md) and the scores (.json)")
     args = parser.parse_args()
     args.n_test = args.n_test or (32 if args.gemma else 140)
-    text, scores = gemma(args) if args.gemma else tiny(args)
+
+    def save(text, scores):
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
+            args.out.with_suffix(".json").write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+
+    text, scores = gemma(args) if args.gemma else tiny(args, save)
     print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
-        args.out.with_suffix(".json").write_text(json.dumps(scores, indent=1) + "\n", encoding="utf-8")
+    save(text, scores)
     return 0
 
 

@@ -178,6 +178,8 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     with pytest.raises(ValueError, match="KTO's class weights have no effect with loss_type 'sigmoid'"):
         DPOConfig(undesirable_weight=1.33).validate()
     DPOConfig(loss_type="kto", undesirable_weight=1.33).validate()
+    with pytest.raises(ValueError, match="on_policy_rejected: builds pairs; KTO's unpaired examples"):
+        DPOConfig(loss_type="kto", on_policy_rejected=True).validate()
     with pytest.raises(ValueError, match="loss_type: 'dpo' is not supported; choose one of 'sigmoid'"):
         DPOConfig.from_dict({"loss_type": "dpo"})
     path = tmp_path / "dpo.yaml"
@@ -185,6 +187,26 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model: runs/sft_missing/model does not exist; train it first" in err
+
+
+def test_on_policy_pairs_reject_the_models_own_flawed_answers(monkeypatch):
+    """Where the starting model's greedy answer is flawed it becomes the rejected side; a correct (or empty) answer
+    leaves the record's own rejected completion. Generation is TaskEval's (tested with the sampler); here it is
+    fixed so that the pairing itself is what is checked."""
+    import tunix_lite
+    from tunix_lite.evaluation import TaskEval
+    from tunix_lite.preference.dpo import on_policy_pairs
+
+    said = ["Two and two. <answer>4</answer>", "Three and three. <answer>7</answer>", "Ten. <answer>10", ""]
+    monkeypatch.setattr(TaskEval, "completions", lambda self: said[:len(self.records)])
+    rows = [{"prompt": f"What is {n} + {n}?", "chosen": f"<answer>{2 * n}</answer>", "rejected": "no tag",
+             "answer": str(2 * n)} for n in (2, 3, 5, 6)]
+    model, tokenizer = tunix_lite.load("tiny")
+    pairs, replaced = on_policy_pairs(model, tokenizer, rows)
+    assert replaced == 2 and [p["rejected"] for p in pairs] == ["no tag", said[1], said[2], "no tag"]
+    assert [p["chosen"] for p in pairs] == [r["chosen"] for r in rows]
+    with pytest.raises(ValueError, match="on_policy_rejected: needs records with a text prompt and an answer"):
+        on_policy_pairs(model, tokenizer, [{k: v for k, v in r.items() if k != "answer"} for r in rows])
 
 
 SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_accuracy=4, max_new_tokens=24,

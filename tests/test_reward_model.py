@@ -84,3 +84,58 @@ def test_reward_function_scores_each_completion_in_order():
 def test_reward_model_config_has_the_pair_options():
     config = RewardModelConfig.from_dict({"algorithm": "reward_model", "truncation_mode": "keep_end"})
     assert config.truncation_mode == "keep_end" and RewardModelConfig.own_fields() == ["truncation_mode"]
+
+
+# ----------------------------------------------------------------------------- saved reward models as RL rewards
+
+
+def tagged_pairs(numbers) -> list[dict]:
+    """Chosen: the answer in tags; rejected: the same answer untagged."""
+    return [{"prompt": f"What is {a} + {b}?", "chosen": f"<answer>{a + b}</answer>", "rejected": f"{a + b}"}
+            for a, b in numbers]
+
+
+@pytest.fixture(scope="module")
+def saved_reward_model(tmp_path_factory):
+    """A small reward model trained on tagged_pairs, saved as run_reward_model saves it."""
+    from tunix_lite.preference.data import tokenize_pairs
+    from tunix_lite.preference.reward_model import save_reward_model
+
+    tokenizer = load_tokenizer(ASSETS / "tiny")
+    model, wrt = head_model(3, vocab_size=tokenizer.vocab_size, max_seq_len=128)
+    rng = np.random.default_rng(0)
+    data = tokenize_pairs(tagged_pairs(rng.integers(0, 50, (64, 2))), tokenizer, seq_len=32)
+    trainer = Trainer(model, optax.adam(3e-3), bradley_terry_loss, wrt=wrt)
+    trainer.fit(PreferenceBatches(data, 8, seed=0).stream(), 30, log_every=30)
+    return save_reward_model(model, tokenizer, tmp_path_factory.mktemp("rm") / "reward_model", seq_len=32)
+
+
+def test_a_saved_reward_model_ranks_held_out_pairs_through_the_reward_function(saved_reward_model):
+    from tunix_lite.preference.reward_model import reward_model_reward
+
+    reward = reward_model_reward(saved_reward_model, batch_size=4)
+    assert reward.model is None  # checked, not loaded: a config naming it validates for free
+    pairs = tagged_pairs([(60 + i, 7 * i) for i in range(6)])  # sums no training pair has
+    prompts = [p["prompt"] for p in pairs]
+    chosen, rejected = reward(prompts, [p["chosen"] for p in pairs]), reward(prompts, [p["rejected"] for p in pairs])
+    assert reward.seq_len == 32 and all(c > r for c, r in zip(chosen, rejected)), (chosen, rejected)
+
+
+@pytest.mark.slow
+def test_grpo_config_rewards_with_a_saved_reward_model(saved_reward_model, tmp_path, capsys):
+    from tunix_lite.cli import main
+    from tunix_lite.rl.grpo import GRPOConfig, run_grpo
+
+    name = f"reward_model:{saved_reward_model}"
+    config = GRPOConfig(model=str(saved_reward_model), rewards=["format", name], n_train=8, n_validation=2,
+                        n_accuracy=0, seq_len=96, max_new_tokens=8, batch_size=2, group_size=2, steps=1,
+                        warmup_steps=0, beta=0.0, eval_every=0, log_every=1)  # the policy: the RM's own backbone
+    history = run_grpo(config, verbose=False).history
+    assert np.isfinite(history[-1]["loss"]) and f"reward/{name}" in history[-1]
+
+    capsys.readouterr()
+    path = tmp_path / "grpo.yaml"  # a directory without a reward model: one line, before any compute
+    path.write_text(f"algorithm: grpo\nrewards: [exact_match, 'reward_model:{tmp_path}']\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"rewards: 'reward_model:{tmp_path}': {tmp_path} holds no reward model" in err and "\n" not in err, err

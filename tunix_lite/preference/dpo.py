@@ -64,6 +64,8 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
                                     "has its own, or kto)", ge=0)
     desirable_weight: float = option(1.0, "KTO: weight of the desirable examples' loss", gt=0)
     undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
+    on_policy_rejected: bool = option(False, "replace each training pair's rejected side by the starting model's own "
+                                             "greedy answer where that answer is flawed (needs an answer column)")
     reference: Literal["precomputed", "online"] = option(
         "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
     n_accuracy: int = option(64, "validation prompts answered greedily for exact match and answer flaws (0: none; "
@@ -85,6 +87,8 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
         if self.loss_type != "kto" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
             raise ConfigError(f"desirable_weight/undesirable_weight: KTO's class weights have no effect with "
                               f"loss_type {self.loss_type!r}; remove them or use loss_type: kto")
+        if self.on_policy_rejected and self.loss_type == "kto":
+            raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no rejected side")
         if self.loss_type == "robust" and not self.label_smoothing:
             raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
 
@@ -233,6 +237,31 @@ def load_preferences(config: DPOConfig):
     return load_records(config.train_data), load_records(config.validation_data)
 
 
+def on_policy_pairs(model, tokenizer, records, *, template: str | None = None, max_new_tokens: int | None = None,
+                    batch_size: int = 64) -> tuple[list[dict], int]:
+    """Pairs whose rejected side is the model's own mistake: each record's prompt is answered greedily by `model`, and
+    where that answer is flawed (a wrong, untagged or unclosed answer) it replaces the record's rejected completion;
+    elsewhere the record keeps its own. On-policy negatives push down what the model actually says rather than a
+    synthetic flaw it may never make (Tajwar et al. 2024, "Preference fine-tuning of LLMs should leverage suboptimal,
+    on-policy data"). records: {"prompt" (text), "chosen", "rejected", "answer"}. Returns (pairs, how many replaced)."""
+    from tunix_lite.evaluation import TaskEval
+    from tunix_lite.preference.evaluation import answer_flaw
+
+    rows = list(records)
+    if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
+        raise ConfigError("on_policy_rejected: needs records with a text prompt and an answer column to judge the "
+                          "model's answers (the synthetic pairs have them)")
+    task = TaskEval(model, tokenizer, [{"prompt": r["prompt"], "answer": r["answer"], "completion": r["chosen"]}
+                                       for r in rows], template=template, max_new_tokens=max_new_tokens,
+                    batch_size=min(batch_size, len(rows)))
+    pairs, replaced = [], 0
+    for row, text in zip(rows, task.completions(), strict=True):
+        own = bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct" and text != row["chosen"]
+        pairs.append(row | {"rejected": text} if own else row)
+        replaced += bool(own)
+    return pairs, replaced
+
+
 def unpair(records) -> list[dict]:
     """Pairs -> KTO's unpaired examples: chosen as desirable, rejected as undesirable (TRL's
     unpair_preference_dataset). Records that are already unpaired (a "label" column) pass through."""
@@ -270,6 +299,11 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
     model, tokenizer = build_model(config)
     train, validation = load_preferences(config)
+    if config.on_policy_rejected:
+        run.say(f"answering {len(train)} training prompts with the starting model (on-policy rejected answers)...")
+        train, replaced = on_policy_pairs(model, tokenizer, train, template=config.template,
+                                          max_new_tokens=config.max_new_tokens)
+        run.say(f"{replaced} of {len(train)} pairs now reject the model's own flawed answer")
     synthetic = config.train_data == "synthetic"
     kto = config.loss_type == "kto"
     train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data,

@@ -6,16 +6,20 @@ r(x, y) is `ScalarHead`'s value at the last input token of prompt + completion, 
 tunix_lite.preference.data (the reply's end-of-turn token is only a target there, so the score has read the whole
 reply). Only differences of rewards are learned: a constant shift of r changes nothing.
 
-    config = RewardModelConfig(model="tiny", steps=100)
+    config = RewardModelConfig(model="tiny", steps=100, output_dir="runs/rm")
     result = run_reward_model(config)                       # held-out pairwise accuracy before/after
-    reward = RewardFunction(result.model, result.tokenizer, seq_len=128)
-    reward(prompts, completions)                            # TRL-style: one float per completion, for the RL trainer
+    reward = reward_model_reward("runs/rm/reward_model")    # or reward_model_reward(result.model, result.tokenizer,
+    reward(prompts, completions)                            #   seq_len=128); TRL-style: one float per completion
+
+A GRPO or PPO config uses it beside the programmatic rewards:
+`rewards: [exact_match, reward_model:runs/rm/reward_model]`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import jax
@@ -59,7 +63,8 @@ def bradley_terry_loss(model: ScalarHead, batch: dict, frozen=None) -> tuple[jax
 
 @dataclasses.dataclass
 class RewardModelConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, ModelOptions):
-    """A reward model's run: the shared parts and DPO's pair data (with lora_rank, the adapters and the head train)."""
+    """A reward model's run: the shared parts and DPO's pair data (with lora_rank, the adapters and the head train).
+    With an output_dir, the trained reward model is exported to output_dir/reward_model (`save_reward_model`)."""
 
     algorithm: ClassVar[str] = "reward_model"
 
@@ -75,7 +80,7 @@ def reward_head(backbone, seed: int) -> tuple[ScalarHead, object]:
 
 def run_reward_model(config: RewardModelConfig, *, verbose: bool = True) -> RunResult:
     """Train a Bradley-Terry reward model on the config's pairs; before/after: held-out pairwise accuracy and margin.
-    Nothing is exported yet (the run keeps metrics and checkpoints); use result.model with RewardFunction."""
+    With an output_dir, a finished run writes output_dir/reward_model, which `reward_model_reward` loads."""
     run = Run(config, verbose=verbose)
     backbone, tokenizer = build_model(config)
     model, wrt = reward_head(backbone, config.seed)
@@ -90,8 +95,69 @@ def run_reward_model(config: RewardModelConfig, *, verbose: bool = True) -> RunR
     def eval_fn(model):
         return {k: v for k, v in evaluate(model, bradley_terry_loss, val_batches).items() if k != COUNT}
 
-    return run.train(model, tokenizer, bradley_terry_loss, batches.stream, eval_fn, wrt=wrt, report=report,
-                     export=False, desc="reward")
+    result = run.train(model, tokenizer, bradley_terry_loss, batches.stream, eval_fn, wrt=wrt, report=report,
+                       export=False, desc="reward")
+    if run.out is not None and result.finished:
+        save_reward_model(result.model, tokenizer, run.out / REWARD_MODEL_DIR, seq_len=config.seq_len,
+                          template=config.template)
+        run.say(f"wrote {run.out / REWARD_MODEL_DIR}")
+    return result
+
+
+# ----------------------------------------------------------------------------- saved reward models
+
+REWARD_MODEL_DIR = "reward_model"  # run_reward_model's export, under output_dir
+HEAD_FILE = "reward_head.safetensors"  # what makes a checkpoint directory a reward model
+
+
+def save_reward_model(model: ScalarHead, tokenizer, directory: str | Path, *, seq_len: int,
+                      template: str | None = None) -> Path:
+    """directory/: the backbone as a Hugging Face-layout checkpoint with its tokenizer (LoRA adapters merged in), and
+    HEAD_FILE: the head's kernel [D, 1] and bias [1], with the seq_len and chat template the scores were learned at.
+    Written under a temporary name and renamed, so an interrupted save never looks complete."""
+    from safetensors.numpy import save_file
+
+    from tunix_lite.lora import lora_layers, merge_lora
+    from tunix_lite.training.harness import _write_atomically
+    from tunix_lite.weights.hf import save_hf_model
+
+    def write(tmp: Path):
+        save_hf_model(merge_lora(model.backbone) if lora_layers(model.backbone) else model.backbone, tmp)
+        if hasattr(tokenizer, "save"):
+            tokenizer.save(tmp / "tokenizer.model")
+        save_file({"kernel": np.asarray(model.head.kernel[...], np.float32),
+                   "bias": np.asarray(model.head.bias[...], np.float32)}, tmp / HEAD_FILE,
+                  metadata={"seq_len": str(seq_len), "template": template or ""})
+
+    directory = Path(directory)
+    _write_atomically(directory, write)
+    return directory
+
+
+def check_reward_model(path: str | Path) -> Path:
+    """`path` if it holds a saved reward model, else a one-line ValueError saying how to make one."""
+    path = Path(path).expanduser()
+    if not (path / HEAD_FILE).is_file() or not (path / "config.json").is_file():
+        what = "does not exist" if not path.exists() else f"holds no reward model (no {HEAD_FILE} and config.json)"
+        raise ValueError(f"{path} {what}; train one with `tunix-lite train --config configs/reward_model_tiny.yaml`, "
+                         f"which writes output_dir/{REWARD_MODEL_DIR}")
+    return path
+
+
+def load_reward_model(path: str | Path) -> tuple[ScalarHead, object, dict]:
+    """(the reward model, its tokenizer, {"seq_len", "template"}) from a directory `save_reward_model` wrote."""
+    from safetensors import safe_open
+
+    from tunix_lite.loading import load
+
+    path = check_reward_model(path)
+    backbone, tokenizer = load(path)
+    model = ScalarHead(backbone, rngs=nnx.Rngs(0))
+    with safe_open(path / HEAD_FILE, framework="numpy") as f:
+        model.head.kernel[...], model.head.bias[...] = f.get_tensor("kernel"), f.get_tensor("bias")
+        metadata = f.metadata()
+    model.eval()
+    return model, tokenizer, {"seq_len": int(metadata["seq_len"]), "template": metadata["template"] or None}
 
 
 @nnx.jit
@@ -99,20 +165,48 @@ def _score_rows(model, inputs, positions, segment_ids):
     return last_token_scores(model, inputs, positions, segment_ids)
 
 
+def reward_model_reward(path_or_model: str | Path | ScalarHead, tokenizer=None, *, seq_len: int | None = None,
+                        template: str | None = None, batch_size: int = 16) -> RewardFunction:
+    """A reward model as a TRL-style reward function for the RL trainer (`tunix_lite.rl.rewards`).
+
+    path_or_model: a directory `save_reward_model` wrote (`run_reward_model` writes output_dir/reward_model): checked
+    now, loaded at the first call, so a config naming it fails before any compute and validating it costs nothing;
+    its seq_len and template are the saved ones unless given. Or a ScalarHead, with its tokenizer and seq_len."""
+    if isinstance(path_or_model, ScalarHead):
+        if tokenizer is None or seq_len is None:
+            raise ValueError("reward_model_reward: a model needs its tokenizer and seq_len")
+        return RewardFunction(path_or_model, tokenizer, seq_len=seq_len, template=template, batch_size=batch_size)
+    path = check_reward_model(path_or_model)
+    reward = RewardFunction(None, None, seq_len=seq_len, template=template, batch_size=batch_size)
+    reward.path = path
+    return reward
+
+
 class RewardFunction:
     """A trained reward model as a TRL-style reward function: reward(prompts, completions, **columns) -> one float
     per completion, so the RL trainer can use it beside the programmatic rewards. Prompts are user text (or message
-    lists), completions the sampled replies. Long examples keep their end (the reply); batches have a fixed shape,
-    so scoring compiles once."""
+    lists), completions the sampled replies. Long examples keep their end (the reply); batches have a fixed shape
+    [batch_size, seq_len] (the last one padded), so scoring compiles once. Build it with `reward_model_reward`."""
 
     __name__ = "reward_model"  # TRL logs reward functions by their __name__
 
-    def __init__(self, model: ScalarHead, tokenizer, *, seq_len: int, template: str | None = None,
+    path: Path | None = None  # a saved reward model not loaded yet (reward_model_reward)
+
+    def __init__(self, model: ScalarHead | None, tokenizer, *, seq_len: int | None, template: str | None = None,
                  batch_size: int = 16):
         self.model, self.tokenizer, self.seq_len, self.template, self.batch_size = (model, tokenizer, seq_len,
                                                                                     template, batch_size)
 
+    def load(self) -> RewardFunction:
+        """Load the saved reward model now (the first call does it otherwise)."""
+        if self.model is None:
+            self.model, self.tokenizer, saved = load_reward_model(self.path)
+            self.seq_len = self.seq_len or saved["seq_len"]
+            self.template = self.template or saved["template"]
+        return self
+
     def __call__(self, prompts: Sequence, completions: Sequence[str], **columns) -> list[float]:
+        self.load()
         records = [{"prompt": p, "completion": c, "label": True} for p, c in zip(prompts, completions, strict=True)]
         data = tokenize_unpaired(records, self.tokenizer, seq_len=self.seq_len, template=self.template,
                                  truncation="truncate", truncation_mode="keep_end")

@@ -57,10 +57,12 @@ def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
 
 
 # Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math, code, steps) run
-# their checks in a worker pool with a timeout per call.
+# their checks in a worker pool with a timeout per call. A trained reward model is named by its directory:
+# `reward_model:runs/rm_tiny/reward_model` (tunix_lite.preference.reward_model.reward_model_reward).
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "exact_match": reward_exact_match, "format": reward_format, "reasoning_format": reward_reasoning_format,
     "math": reward_math, "code": reward_code, "steps": reward_steps}
+REWARD_MODEL = "reward_model:"
 
 
 def _accepts(fn: RewardFn, name: str) -> bool:
@@ -117,9 +119,21 @@ class Rewards:
 
 def reward_set(names: Sequence[str], weights: Sequence[float] | None = None, *,
                extra: Mapping[str, RewardFn] | None = None) -> Rewards:
-    """Rewards from names in REWARD_FUNCTIONS (and `extra`), as a config file lists them."""
+    """Rewards from names in REWARD_FUNCTIONS (and `extra`), or `reward_model:PATH` for a saved reward model (its
+    directory is checked here, its weights load at the first call), as a config file lists them."""
     known = REWARD_FUNCTIONS | dict(extra or {})
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown reward {unknown[0]!r}; choose from {', '.join(known)}")
-    return Rewards({n: known[n] for n in names}, weights)
+    functions = {}
+    for name in names:
+        if name.startswith(REWARD_MODEL):
+            from tunix_lite.preference.reward_model import reward_model_reward
+
+            try:
+                functions[name] = reward_model_reward(name.removeprefix(REWARD_MODEL))
+            except ValueError as e:
+                raise ValueError(f"{name!r}: {e}") from None
+        elif name in known:
+            functions[name] = known[name]
+        else:
+            raise ValueError(f"unknown reward {name!r}; choose from {', '.join(known)} or {REWARD_MODEL}PATH (a "
+                             "trained reward model)")
+    return Rewards(functions, weights)

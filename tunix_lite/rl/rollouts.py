@@ -41,7 +41,8 @@ class RLOptions:
     temperature: float = option(1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
     top_k: int | None = option(None, "sample from the k most likely tokens only (null: all)", ge=1)
     top_p: float | None = option(None, "nucleus sampling mass (null: off)", gt=0, le=1)
-    rewards: list[str] = option(["exact_match", "format"], "reward functions by name (tunix_lite.rl.rewards)")
+    rewards: list[str] = option(["exact_match", "format"], "reward functions by name (tunix_lite.rl.rewards), or "
+                                                           "reward_model:PATH for a trained reward model")
     reward_weights: list[float] | None = option(None, "one weight per reward (null: 1.0 each)")
     overlong_buffer: int = option(0, "DAPO's soft overlong punishment over the last N tokens of the budget, added "
                                      "as reward 'overlong' (0: off)", ge=0)
