@@ -1,10 +1,11 @@
 """How much of the teacher-student gap does distillation close? Held-out loss and exact match of three models.
 
-    python scripts/distill_gap.py                       # teacher, CE-only student, KD students (configs/distill_tiny.yaml)
+    python scripts/distill_gap.py --variants ce,kd,gkd --table course/results/07_distill.md   # the course's table
     python scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
+    python scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
 
-Every student is the same 2-layer cut of the base tiny model, trained with the same steps, batches and data
-(configs/distill_tiny.yaml); the variants differ only in the loss:
+Every student is the same 2-layer cut of the teacher (blocks 0 and 5), trained with the same steps, batches and
+data (configs/distill_tiny.yaml); the variants differ only in the loss:
 
     ce            alpha 0: plain fine-tuning on the data (no teacher)
     kd            the config: alpha * T^2 * KL + (1 - alpha) * CE, teacher online
@@ -12,8 +13,11 @@ Every student is the same 2-layer cut of the base tiny model, trained with the s
     kd_attention  kd + attention transfer;  kd_feature: kd + feature matching through a learned projection
     gkd           half the steps on the student's own samples, scored by the teacher (reverse KL)
 
-Held out: the synthetic tasks' test split (a seed no config uses), never seen by teacher or students. The gap
-closed is (student - CE-only) / (teacher - CE-only), on the loss (lower is better) and on exact match.
+Held out: the synthetic tasks' test split (a seed no config uses), never seen by teacher or students; settings are
+chosen on the validation split (--split validation, disjoint from train and test by prompt) and the test split is
+read once. The gap closed is (student - CE-only) / (teacher - CE-only), on the loss (lower is better) and on exact
+match; 95% intervals: Wilson for exact match, a bootstrap over prompts for the token-weighted loss.
+--set key=value applies to every variant (the variant's own keys win); --set name.key=value to variant `name` only.
 Writes <out>/results.json and prints a markdown table.
 """
 
@@ -35,16 +39,33 @@ VARIANTS = {
 }
 
 
+def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion p measured on n trials."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return centre - half, centre + half
+
+
 def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
-    """CE loss on the completions and greedy exact match / format of the answers."""
+    """CE loss on the completions (token-weighted, with a bootstrap interval over prompts) and greedy exact match /
+    format of the answers (with a Wilson interval)."""
+    import numpy as np
+    from flax import nnx
+
     from tunix_lite.data.sft import SFTBatches, tokenize_sft
     from tunix_lite.evaluation import TaskEval
-    from tunix_lite.training.losses import lm_loss
-    from tunix_lite.training.trainer import evaluate
+    from tunix_lite.training.losses import sequence_log_probs
 
     data = tokenize_sft(records, tokenizer, seq_len=128, truncation="drop")
-    loss = evaluate(model, lm_loss, SFTBatches(data, batch_size, shuffle=False).epoch(0))["loss"]
-    return {"loss": loss} | TaskEval(model, tokenizer, records)()
+    per_row = nnx.jit(lambda m, b: (-(sequence_log_probs(m, b) * b["weights"]).sum(-1), b["weights"].sum(-1)))
+    sums, counts = map(np.concatenate, zip(*(map(np.asarray, per_row(model, batch))
+                                             for batch in SFTBatches(data, batch_size, shuffle=False).epoch(0))))
+    loss = float(sums.sum() / counts.sum())
+    draws = np.random.default_rng(0).integers(len(sums), size=(2000, len(sums)))
+    boot = sums[draws].sum(1) / counts[draws].sum(1)
+    scores = TaskEval(model, tokenizer, records)()
+    return {"loss": loss, "loss_ci": [float(x) for x in np.percentile(boot, [2.5, 97.5])]} | scores | {
+        "accuracy_ci": list(wilson(scores["accuracy"], len(records))), "n": len(records)}
 
 
 def gap_closed(student: dict, ce: dict, teacher: dict) -> dict:
@@ -59,10 +80,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="override the config's steps")
     parser.add_argument("--n-test", type=int, default=280, help="held-out prompts (40 per domain)")
     parser.add_argument("--test-seed", type=int, default=7)
+    parser.add_argument("--split", choices=("test", "validation"), default="test",
+                        help="held-out split: choose settings on validation, report on test once")
     parser.add_argument("--out", default="runs/distill_gap")
-    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides key=value (YAML values)")
-    parser.add_argument("--table", type=Path, help="also write the table here, with the command that made it "
-                        "(the notebook shows course/results/07_distill_gap.md)")
+    parser.add_argument("--set", nargs="*", default=[], help="config overrides key=value (every variant) or "
+                        "variant.key=value (that variant only); YAML values")
+    parser.add_argument("--table", type=Path, help="also write the table here (and the results beside it as .json), "
+                        "with the command that made it (the notebook shows course/results/07_distill.md)")
     args = parser.parse_args()
 
     import yaml
@@ -76,8 +100,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
-    test = make_splits(1, 1, args.n_test, seed=args.test_seed)["test"]
+    sizes = (1, args.n_test, 1) if args.split == "validation" else (1, 1, args.n_test)
+    test = make_splits(*sizes, seed=args.test_seed)[args.split]
     extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+    shared = {k: v for k, v in extra.items() if "." not in k}
     base = load_config(args.config) if not args.steps else load_config(args.config, steps=args.steps)
 
     if "teacher" not in results:
@@ -85,7 +111,8 @@ def main() -> None:
         results["teacher"] = heldout(teacher, tokenizer, test) | {"model": base.teacher}
         results_file.write_text(json.dumps(results, indent=1))
     for name in args.variants.split(","):
-        overrides = VARIANTS[name] | extra | {"output_dir": str(out / name), "overwrite": True, "eval_every": 0,
+        own = {k.split(".", 1)[1]: v for k, v in extra.items() if k.startswith(name + ".")}
+        overrides = shared | VARIANTS[name] | own | {"output_dir": str(out / name), "overwrite": True, "eval_every": 0,
                                               "n_accuracy": 0, "checkpoint_every": 0}
         config = type(base).from_dict(base.to_dict() | overrides)
         start = time.perf_counter()
@@ -96,20 +123,25 @@ def main() -> None:
                                                                      if k not in ("output_dir", "overwrite")}}
         results_file.write_text(json.dumps(results, indent=1))
 
-    rows = ["| model | held-out loss | exact match | format | gap closed (loss / exact match) |", "|---|---|---|---|---|"]
+    rows = ["| model | held-out loss [95% CI] | exact match [95% CI] | format | gap closed (loss / exact match) |",
+            "|---|---|---|---|---|"]
     for name, r in results.items():
         closed = ""
         if name not in ("teacher", "ce") and "ce" in results:
             g = gap_closed(r, results["ce"], results["teacher"])
             closed = f"{g['loss']:.0%} / {g['accuracy']:.0%}"
-        rows.append(f"| {name} | {r['loss']:.3f} | {r['accuracy']:.3f} | {r['format']:.3f} | {closed} |")
+        (l0, l1), (a0, a1) = r["loss_ci"], r["accuracy_ci"]
+        rows.append(f"| {name} | {r['loss']:.3f} [{l0:.3f}, {l1:.3f}] | {r['accuracy']:.3f} [{a0:.3f}, {a1:.3f}] "
+                    f"| {r['format']:.3f} | {closed} |")
     print("\n".join(rows))
     if args.table:
         command = "nice -n 10 python " + " ".join(sys.argv)
         args.table.parent.mkdir(parents=True, exist_ok=True)
         args.table.write_text(f"Reproduce: `{command}` (teacher: `tunix-lite train --config configs/sft_tiny.yaml`)."
-                              f"\n\n{args.n_test} held-out test prompts (`make_splits(..., seed={args.test_seed})`)."
+                              f"\n\n{args.n_test} held-out {args.split} prompts "
+                              f"(`make_splits(..., seed={args.test_seed})`)."
                               "\n\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        args.table.with_suffix(".json").write_text(json.dumps({"command": command} | results, indent=1))
     print(f"wrote {results_file}")
 
 
