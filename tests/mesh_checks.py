@@ -1,6 +1,7 @@
 """The fake-device checks behind tests/test_sharding.py, in one process (jax fixes the device count when it starts):
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python tests/mesh_checks.py OUT.json
+    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0" JAX_PLATFORMS=cpu \
+        python tests/mesh_checks.py OUT.json [check names]
 
 Each check runs in turn and records its measurements (or its error) in OUT.json; the tests read them. A 1-layer
 Gemma-like model (8 query heads, ONE kv head: the MQA layout) keeps every compile small; each strategy's step is
@@ -21,10 +22,10 @@ import optax
 from flax import nnx
 
 from tunix_lite import sharding
-from tunix_lite.lora import apply_lora, lora_layers, without_adapters
+from tunix_lite.lora import apply_lora, lora_layers
 from tunix_lite.models import Transformer, get_config
-from tunix_lite.training.losses import lm_loss, masked_mean, sequence_log_probs
-from tunix_lite.training.trainer import COUNT, Trainer
+from tunix_lite.training.losses import lm_loss
+from tunix_lite.training.trainer import Trainer
 
 CONFIG = get_config("tiny").replace(num_layers=1, vocab_size=256, embed_dim=128, num_heads=8, num_kv_heads=1,
                                     head_dim=32, mlp_dim=256)
@@ -56,26 +57,8 @@ def make_pairs(rows: int, seed: int) -> dict:
 PAIRS = [make_pairs(16, 1), make_pairs(16, 2), make_pairs(10, 3)]
 
 
-def anchored_loss(model, batch, frozen):
-    """SFT plus a squared log-ratio to a frozen reference: what DPO's reference, GRPO's KL anchor and
-    distillation's teacher have in common (a second model read, never trained, inside the step)."""
-    logp = sequence_log_probs(model, batch)
-    ref = sequence_log_probs(frozen, batch)
-    loss, count = masked_mean(-logp + 0.5 * (logp - ref) ** 2, batch["weights"])
-    return loss, {"loss": loss, COUNT: count}
-
-
 def full_model():
     return Transformer(CONFIG, rngs=nnx.Rngs(0)), None, nnx.Param, lm_loss
-
-
-def qlora_model():
-    """QLoRA (nf4 base) with non-zero adapters, its frozen reference the base view sharing every base array."""
-    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
-    apply_lora(model, rank=4, alpha=8.0, quantize="nf4", rngs=nnx.Rngs(1))
-    for i, (_, layer) in enumerate(lora_layers(model)):
-        layer.lora_b.set_value(0.05 * jax.random.normal(jax.random.key(i), layer.lora_b.shape))
-    return model, without_adapters(model), nnx.LoRAParam, anchored_loss
 
 
 def dpo_model():
@@ -100,6 +83,61 @@ def distill_model():
     return Transformer(CONFIG, rngs=nnx.Rngs(0)), teacher, nnx.Param, loss
 
 
+def make_rollout_rows(prompts: int, seed: int, group: int = 4) -> dict:
+    """GRPO rows as the driver builds them from a rollout (`rollout_rows`, group advantages), from fixed tokens
+    instead of sampled ones: `prompts` prompts of 3-6 tokens x `group` completions of 2-8 tokens, in rows of 16."""
+    from tunix_lite.data.rollouts import rollout_rows
+    from tunix_lite.rl.advantages import ESTIMATORS
+    from tunix_lite.sampler import GenerateOutput
+
+    rng = np.random.default_rng(seed)
+    R, V = prompts * group, CONFIG.vocab_size
+    prompt_lengths = np.repeat(rng.integers(3, 7, prompts), group)
+    prompt_tokens = np.zeros((R, 8), np.int32)
+    for r, n in enumerate(prompt_lengths):
+        prompt_tokens[r, 8 - n:] = rng.integers(1, V, n)
+    lengths = rng.integers(2, 9, R)
+    tokens = np.where(np.arange(8) < lengths[:, None], rng.integers(1, V, (R, 8)), 0).astype(np.int32)
+    out = GenerateOutput([""] * R, tokens, np.zeros((R, 8), np.float32), lengths, prompt_tokens, prompt_lengths,
+                         group)
+    rewards = rng.integers(0, 2, R).astype(np.float32)
+    return rollout_rows(out, 16, 0) | {"advantages": np.asarray(ESTIMATORS["grpo"](rewards, group))}
+
+
+def qlora_policy():
+    """A QLoRA policy (nf4 base) with non-zero adapters."""
+    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+    apply_lora(model, rank=4, alpha=8.0, quantize="nf4", rngs=nnx.Rngs(1))
+    for i, (_, layer) in enumerate(lora_layers(model)):
+        layer.lora_b.set_value(0.05 * jax.random.normal(jax.random.key(i), layer.lora_b.shape))
+    return model
+
+
+def make_rollout_batches() -> list[dict]:
+    """3 batches of rollout rows (16, 16 and a short 8) with old log-probs: the policy's own (what the driver
+    computes when a rollout feeds several updates, `old_log_probs`) moved by up to +-0.4, as if sampled a few updates
+    ago, so ratios fall on both sides of the clip range."""
+    from tunix_lite.rl.rollouts import old_log_probs
+
+    policy, batches = qlora_policy(), []
+    for prompts, seed in ((4, 1), (4, 2), (2, 3)):
+        rows = make_rollout_rows(prompts, seed)
+        noise = np.random.default_rng(seed).uniform(-0.4, 0.4, rows["weights"].shape)
+        batches.append(rows | {"old_logprobs": (old_log_probs(policy, rows) + noise) * rows["weights"]})
+    return batches
+
+
+def grpo_qlora_model():
+    """GRPO's loss (DAPO's clip-higher, a k3 KL with beta > 0) on a QLoRA policy, its frozen reference the base view
+    sharing every base array, as the driver builds it (`reference_policy`)."""
+    from tunix_lite.rl.grpo import GRPOConfig, loss_from_config
+    from tunix_lite.rl.rollouts import reference_policy
+
+    model = qlora_policy()
+    config = GRPOConfig(model="unused", beta=0.04, epsilon_high=0.28, max_new_tokens=8, group_size=4)
+    return model, reference_policy(model, lora=True), nnx.LoRAParam, loss_from_config(config)
+
+
 def host(tree):
     return jax.tree.map(np.asarray, tree)
 
@@ -119,6 +157,7 @@ def run(build, mesh, checkpoint_dir=None, batches=BATCHES):
     step1 = trainer.step(batches[0])
     after1 = host(nnx.state(trainer.model, wrt))
     out["loss"] = float(step1["loss"])
+    out["metrics"] = {k: float(v) for k, v in step1.items()}
     out["grads"] = jax.tree.map(lambda b, a: (b - a) / LR, before, after1)
     if checkpoint_dir is not None:
         from tunix_lite.training.checkpoint import Checkpoints
@@ -159,11 +198,12 @@ def spec_of(trainer, path: str) -> str:
 
 def check_strategies():
     ckpt = tempfile.mkdtemp()
-    for name, build in (("sft", full_model), ("frozen_qlora", qlora_model)):
-        ref = run(build, None)
+    for name, build, batches in (("sft", full_model, BATCHES), ("grpo_qlora", grpo_qlora_model,
+                                                                 make_rollout_batches())):
+        ref = run(build, None, batches=batches)
         for strategy in STRATEGIES:
             mesh = sharding.resolve_mesh(strategy)
-            got = run(build, mesh, checkpoint_dir=f"{ckpt}/{name}" if strategy == "fsdp" else None)
+            got = run(build, mesh, checkpoint_dir=f"{ckpt}/{name}" if strategy == "fsdp" else None, batches=batches)
             trainer = got["trainer"]
             RESULTS[f"{name}/{strategy}"] = {
                 "mesh": dict(mesh.shape), "compile_s": got["compile_s"],
@@ -174,13 +214,15 @@ def check_strategies():
                 "param_error": max(max_error(got["params2"], ref["params2"]),
                                    max_error(got["params3"], ref["params3"])),
                 "layout_errors": check_layout(trainer, mesh),
+                "frozen_layout_errors": check_layout(trainer, mesh, owners=("frozen",)) if trainer.frozen else [],
+                "metrics": got["metrics"],
                 "collectives": got["collectives"],
                 "k_proj": spec_of(trainer, "layers.0.attn.k_proj.kernel" if name == "sft"
                                   else "layers.0.attn.k_proj.codes"),
                 "q_proj": spec_of(trainer, "layers.0.attn.q_proj.kernel" if name == "sft"
                                   else "layers.0.attn.q_proj.codes"),
             }
-            if name == "frozen_qlora":  # the reference view still shares the sharded base (no second copy)
+            if name == "grpo_qlora":  # the reference view still shares the sharded base (no second copy)
                 base = trainer.model.layers[0].mlp.up_proj.codes.get_value()
                 RESULTS[f"{name}/{strategy}"]["frozen_shares_base"] = \
                     trainer.frozen.layers[0].mlp.up_proj.codes.get_value() is base
@@ -193,7 +235,7 @@ def check_strategies():
         trainer = Trainer(model, optax.sgd(LR, momentum=0.9), loss_fn, wrt=wrt, frozen=frozen, micro_batches=2,
                           mesh=mesh)
         meta = trainer.restore(Checkpoints(f"{ckpt}/{name}", every=1, state_filter=nnx.Any(wrt, nnx.RngState)))
-        loss2 = float(trainer.step(BATCHES[1])["loss"])
+        loss2 = float(trainer.step(batches[1])["loss"])
         RESULTS[f"{name}/resume"] = {"from": "fsdp=8", "to": dict(mesh.shape), "step": meta["step"],
                                      "loss2_error": abs(loss2 - ref["loss2"]),
                                      "param_error": max_error(host(nnx.state(trainer.model, wrt)), ref["params2"]),
@@ -202,21 +244,24 @@ def check_strategies():
 
 def check_frozen_losses():
     """DPO (pairs [B, 2, T], a frozen reference copy) and distillation (a bigger frozen teacher) with their own
-    losses under FSDP x TP, which splits the rows over fsdp and the weights both ways, against one device."""
-    mesh = sharding.resolve_mesh("fsdp_tp")
+    losses under every strategy, against one device (GRPO with its frozen reference: check_strategies)."""
     for name, build, batches in (("dpo", dpo_model, PAIRS), ("distill", distill_model, BATCHES)):
         ref = run(build, None, batches=batches)
-        got = run(build, mesh, batches=batches)
-        RESULTS[f"{name}/fsdp_tp"] = {
-            "loss": got["loss"], "loss_error": abs(got["loss"] - ref["loss"]),
-            "loss2_error": abs(got["loss2"] - ref["loss2"]),
-            "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
-            "grad_error": max_error(got["grads"], ref["grads"]),
-            "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
-            "param_error": max(max_error(got["params2"], ref["params2"]), max_error(got["params3"], ref["params3"])),
-            "layout_errors": check_layout(got["trainer"], mesh),
-            "frozen_layout_errors": check_layout(got["trainer"], mesh, owners=("frozen",)),
-        }
+        for strategy in STRATEGIES:
+            mesh = sharding.resolve_mesh(strategy)
+            got = run(build, mesh, batches=batches)
+            RESULTS[f"{name}/{strategy}"] = {
+                "loss": got["loss"], "metrics": got["metrics"], "loss_error": abs(got["loss"] - ref["loss"]),
+                "loss2_error": abs(got["loss2"] - ref["loss2"]),
+                "short_batch_loss_error": abs(got["loss3"] - ref["loss3"]),
+                "grad_error": max_error(got["grads"], ref["grads"]),
+                "grad_scale": max(float(np.max(np.abs(g))) for g in jax.tree.leaves(ref["grads"])),
+                "param_error": max(max_error(got["params2"], ref["params2"]),
+                                   max_error(got["params3"], ref["params3"])),
+                "layout_errors": check_layout(got["trainer"], mesh),
+                "frozen_layout_errors": check_layout(got["trainer"], mesh, owners=("frozen",)),
+            }
+            del got
 
 
 def check_rollouts():
@@ -264,10 +309,80 @@ def check_rollouts():
     }
 
 
+def first_token_parity(prompts, completions, completion_ids):
+    """A reward that varies inside most groups of a random policy's samples."""
+    return [float(ids[0] % 2) for ids in completion_ids]
+
+
+def check_grpo_split():
+    """run_grpo twice with one seed on a random 2-block model: colocated (mesh: null, the sampler reading the
+    trainer's own weights on one device) and split (`rollout_mesh`: training on fsdp 4 = devices 0-3, sampling on
+    data 2 x tensor 2 = devices 4-7 from a copy that every parameter is sent to before each rollout). The sampler's
+    draws do not depend on the layout, so both runs sample the same tokens: rewards and lengths are equal exactly,
+    losses, KL and the trained weights to float32 noise (the split trainer sums in another order).
+
+    Full fine-tuning, not LoRA: with AdamW, a direction whose gradient is exactly 0 in exact arithmetic (the LoRA A
+    matrices while B = 0) gets float noise divided by its own size, a step of ~lr in a layout-dependent direction."""
+    import contextlib
+    import io
+    import shutil
+
+    from tunix_lite.loading import ASSETS
+    from tunix_lite.rl import grpo
+    from tunix_lite.rl.engine import SamplerEngine
+    from tunix_lite.rl.rewards import Rewards
+    from tunix_lite.weights.hf import save_hf_model
+
+    syncs = {"colocated": [], "split": []}
+
+    class WatchedEngine(SamplerEngine):  # records what each sync moved, and whether the copy then equals the trainer
+        def sync_weights(self, model):
+            super().sync_weights(model)
+            copy = self.weights.model
+            syncs[where].append({
+                "bytes": self.weights.last["bytes"],
+                "error": max_error(host(nnx.state(model, nnx.Param)), host(nnx.state(copy, nnx.Param))),
+                "devices": sorted(d.id for d in copy.layers[0].mlp.up_proj.kernel.get_value().devices())})
+
+    policy = tempfile.mkdtemp()
+    config = get_config("tiny").replace(num_layers=2, embed_dim=128, mlp_dim=256, num_heads=4, head_dim=32)
+    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), policy)
+    shutil.copy(ASSETS / "tiny" / "tokenizer.model", policy)
+    base = dict(model=policy, n_train=16, n_validation=8, seq_len=80, max_new_tokens=8, batch_size=4, group_size=4,
+                steps=3, warmup_steps=0, learning_rate=0.01, beta=0.04, n_accuracy=0, n_test=0, eval_every=0,
+                log_every=1, seed=3)
+    runs, printed = {}, {}
+    grpo.SamplerEngine = WatchedEngine
+    try:
+        for where, meshes in (("colocated", {}), ("split", {"mesh": "fsdp", "rollout_mesh": {"data": 2, "tensor": 2}})):
+            text = io.StringIO()
+            with contextlib.redirect_stdout(text):
+                runs[where] = grpo.run_grpo(grpo.GRPOConfig(**base, **meshes),
+                                            rewards=Rewards({"parity": first_token_parity}))
+            printed[where] = [line for line in text.getvalue().splitlines() if line.startswith("rollouts on")]
+    finally:
+        grpo.SamplerEngine = SamplerEngine
+    colocated, split = (runs[w].history for w in ("colocated", "split"))
+    params = [host(nnx.state(runs[w].model, nnx.Param)) for w in ("colocated", "split")]
+    RESULTS["grpo/split"] = {
+        "steps": [h["step"] for h in split],
+        "same_rollouts": all(a[k] == b[k] for a, b in zip(colocated, split) for k in ("reward", "length")),
+        "zero_signal_groups": [h["zero_signal_groups"] for h in split],
+        "loss": [h["loss"] for h in split], "kl": [h["kl"] for h in split],
+        "loss_error": max(abs(a["loss"] - b["loss"]) for a, b in zip(colocated, split)),
+        "kl_error": max(abs(a["kl"] - b["kl"]) for a, b in zip(colocated, split)),
+        "param_error": max_error(*params),
+        "param_change": max_error(params[1], host(nnx.state(Transformer(config, rngs=nnx.Rngs(0)), nnx.Param))),
+        "param_bytes": sum(x.nbytes for x in jax.tree.leaves(params[1])),
+        "printed": printed, "syncs": syncs,
+        "trainer_devices": sorted(d.id for d in runs["split"].model.layers[0].mlp.up_proj.kernel.get_value().devices()),
+    }
+
+
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
     start = time.perf_counter()
-    for check in (check_strategies, check_frozen_losses, check_rollouts):
+    for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split):
         if only and check.__name__ not in only:
             continue
         t = time.perf_counter()

@@ -10,10 +10,14 @@ An engine is anything with these two methods (`RolloutEngine`). The trainer only
 (token ids, sampled log-probs, lengths, the prompts as padded), so a different engine changes where tokens are
 made, never the loss.
 
-**The built-in engine** is `tunix_lite.sampler.Sampler` on the trainer's own model: the same devices, the same
-arrays. It reads the model's current weights at every call, so `sync_weights` has nothing to copy. All prompts
-are left-padded to one length P and every call asks for the same number of prompts, so one rollout program is
-compiled per run.
+**The built-in engine** is `tunix_lite.sampler.Sampler`, in one of two placements (`sharding.WeightSync`):
+- colocated (the default): on the trainer's own model, the same devices, the same arrays. It reads the model's
+  current weights at every call, so `sync_weights` has nothing to copy.
+- split (`mesh=` a rollout mesh on devices the trainer does not use; GRPO's `rollout_mesh:`): on a copy of the
+  model laid out on that mesh by the sharding rules. `sync_weights` sends the trained variables (`wrt`: only the
+  adapters with LoRA, whose base both sides hold) from the trainer's layout to the rollout's, in bounded chunks.
+All prompts are left-padded to one length P and every call asks for the same number of prompts, so one rollout
+program is compiled per run.
 
 **An external engine (vLLM, or SGLang-JAX on TPU)** runs the policy in its own server or process group, usually
 on devices of its own: a rollout mesh beside the trainer's mesh (e.g. 4 chips sampling, 4 training), or the same
@@ -39,9 +43,11 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
+import jax
 from flax import nnx
 
 from tunix_lite.sampler import GenerateOutput, Sampler
+from tunix_lite.sharding import WeightSync
 
 
 class RolloutEngine(Protocol):
@@ -56,11 +62,15 @@ class RolloutEngine(Protocol):
 
 
 class SamplerEngine:
-    """The built-in engine: the KV-cache sampler on the trainer's own model, prompts left-padded to `prompt_len`."""
+    """The built-in engine: the KV-cache sampler, prompts left-padded to `prompt_len`, on the trainer's own model
+    (mesh None) or on a copy of it on `mesh`, kept in step by sending the `wrt` variables at each `sync_weights`
+    (`self.weights.last`: what the last sync moved)."""
 
-    def __init__(self, model: nnx.Module, tokenizer, *, prompt_len: int):
+    def __init__(self, model: nnx.Module, tokenizer, *, prompt_len: int, mesh: jax.sharding.Mesh | None = None,
+                 wrt=nnx.Param):
         self.model = model
-        self.sampler = Sampler(model, tokenizer, bucket=prompt_len)
+        self.weights = WeightSync(model, mesh, wrt=wrt)  # colocated: .model is `model` itself and nothing moves
+        self.sampler = Sampler(self.weights.model, tokenizer, bucket=prompt_len, mesh=mesh)
 
     def generate(self, prompts, *, max_new_tokens, num_samples, temperature=1.0, top_k=None, top_p=None,
                  seed=0, max_total_tokens=None) -> GenerateOutput:
@@ -70,4 +80,4 @@ class SamplerEngine:
     def sync_weights(self, model: nnx.Module) -> None:
         if model is not self.model:
             raise ValueError("SamplerEngine samples the model it was built on; build a new engine for another one")
-        # nothing to copy: the sampler reads the model's live weights at every call
+        self.weights()  # colocated: nothing to copy, the sampler reads the model's live weights at every call

@@ -5,7 +5,8 @@
     result.before, result.after, result.history                 # task scores; per-step reward, KL, length...
 
 Each step of the loop, for B prompts:
-  1. sample G completions of each from the live policy (the rollout engine: `tunix_lite.rl.engine`);
+  1. sample G completions of each from the live policy (the rollout engine: `tunix_lite.rl.engine`; on the
+     trainer's devices, or with `rollout_mesh:` on devices of its own, the new weights sent after each update);
   2. score them with the reward functions and turn the rewards into advantages, relative to the group;
   3. make fixed-length rows and take inner_iterations x mini_batches optimizer steps on `grpo_loss`.
 
@@ -27,11 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import ClassVar, Literal
 
 import jax
 import numpy as np
 
+from tunix_lite import sharding
 from tunix_lite.rl.advantages import ESTIMATORS
 from tunix_lite.rl.engine import SamplerEngine
 from tunix_lite.rl.losses import KL_ESTIMATORS, aggregate, clipped_surrogate
@@ -39,8 +42,8 @@ from tunix_lite.rl.rollouts import (Prompts, RLOptions, RolloutStream, old_log_p
                                     reference_policy, task_eval_fn)
 from tunix_lite.tokenizer import padding_id
 from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
-                                        RunOptions, option)
-from tunix_lite.training.harness import Run, RunResult, build_model
+                                        RunOptions, check_mesh, option)
+from tunix_lite.training.harness import Run, RunResult, build_model, trained_variables
 from tunix_lite.training.losses import sequence_log_probs
 from tunix_lite.training.trainer import COUNT
 
@@ -60,6 +63,11 @@ class GRPOConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, M
     dynamic_sampling: bool = option(False, "drop groups whose rewards are all equal and sample more prompts (DAPO)")
     max_refills: int = option(4, "dynamic sampling: extra rollouts tried per batch before training on fewer groups",
                               ge=0)
+    rollout_mesh: str | dict[str, int] | None = option(
+        None, "sample on devices of their own: null (colocated: on the trainer's devices, from its weights), axis "
+              "sizes {data: D, fsdp: F, tensor: T} over the last D x F x T devices, or a strategy (or sizes with one "
+              "-1) over the last half; `mesh:` then spans the devices left, and after each update the trained "
+              "weights (LoRA: only the adapters) are resharded onto the rollout copy", resume="free")
 
     def validate(self) -> None:
         super().validate()
@@ -67,6 +75,31 @@ class GRPOConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, M
         if self.group_size < 2:
             raise ConfigError(f"group_size: GRPO compares the completions of a prompt with each other; need at least "
                               f"2, got {self.group_size}")
+        if self.rollout_mesh is not None:
+            check_mesh(self.rollout_mesh, None, key="rollout_mesh")
+
+
+def split_devices(config: GRPOConfig, devices=None) -> tuple[list, jax.sharding.Mesh | None]:
+    """(the devices `mesh:` spans, the rollout mesh): every device and None when rollouts are colocated; else the
+    first devices train and the last `rollout_mesh` ones sample. A ConfigError, before any compute, when the two
+    meshes do not fit side by side on this machine's devices."""
+    devices = list(devices) if devices is not None else jax.devices()
+    spec, n = config.rollout_mesh, len(devices)
+    if spec is None:
+        return devices, None
+    sizes = spec if isinstance(spec, dict) else {}
+    take = math.prod(sizes.values()) if sizes and -1 not in sizes.values() else n // 2
+    if not 0 < take < n:
+        raise ConfigError(f"rollout_mesh: {spec!r} needs {max(take, 1)} device(s) and the trainer at least 1 more, "
+                          f"this machine has {n}; give the rollouts fewer devices, or set rollout_mesh: null to sample "
+                          "on the trainer's devices")
+    check_mesh(spec, None, num_devices=take, key="rollout_mesh", devices=f"the rollouts get {take} (the last half "
+                                                                          f"of this machine's {n})")
+    if config.mesh is not None:  # sizes that would overlap the rollout devices, or a strategy that does not fit
+        check_mesh(config.mesh, config.batch_size, config.micro_batches, num_devices=n - take,
+                   devices=f"rollout_mesh: {spec} takes {take} of this machine's {n} and leaves {n - take} (the "
+                           f"meshes may not share devices); make mesh: use {n - take} (a strategy name spans them)")
+    return devices[:n - take], sharding.resolve_mesh(spec, devices[n - take:])
 
 
 def grpo_objective(logp, old_logp, reference_logp, advantages, mask, *, epsilon_low: float = 0.2,
@@ -134,17 +167,23 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
     from tunix_lite.training.sft import load_data
 
     run = Run(config, verbose=verbose)
+    run.devices, rollout_mesh = split_devices(config)
     model, tokenizer = build_model(config)
     train, validation = load_data(config)
     prompts = Prompts.from_config(config, train, tokenizer)
     rewards = rewards or config.reward_functions()
     frozen = reference_policy(model, bool(config.lora_rank)) if config.beta else None
-    stream = RolloutStream(config, model, SamplerEngine(model, tokenizer, prompt_len=prompts.length), prompts,
-                           rewards, grpo_rows(config, model, padding_id(tokenizer)),
+    engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length, mesh=rollout_mesh,
+                           wrt=trained_variables(config))
+    stream = RolloutStream(config, model, engine, prompts, rewards, grpo_rows(config, model, padding_id(tokenizer)),
                            dynamic_sampling=config.dynamic_sampling, max_refills=config.max_refills)
     report = (f"{len(prompts)} prompts (left-padded to {prompts.length} tokens) x {config.group_size} completions "
               f"of <= {config.max_new_tokens} tokens; rows of {stream.row_len}; rewards "
               + " + ".join(f"{w:g} x {n}" for n, w in rewards.weights.items()))
+    if rollout_mesh is not None:
+        report += (f"\nrollouts on devices {[d.id for d in rollout_mesh.devices.flat]} ({dict(rollout_mesh.shape)}), "
+                   f"training on {[d.id for d in run.devices[:None if config.mesh else 1]]}: a copy of {engine.weights.last['bytes']:,} bytes, "
+                   f"then {'the adapters' if config.lora_rank else 'every parameter'} sent after each update")
     run.say(report)
     result = run.train(model, tokenizer, loss_from_config(config), stream.batches,
                        task_eval_fn(config, model, tokenizer, validation), frozen=frozen, report=report,

@@ -317,9 +317,12 @@ class ConfigBase:
 SHARED_PARTS = (ModelOptions, OptimOptions, DataOptions, RunOptions)
 
 
-def check_mesh(mesh: str | dict, batch_size: int, micro_batches: int = 1, num_devices: int | None = None) -> None:
+def check_mesh(mesh: str | dict, batch_size: int | None, micro_batches: int = 1, num_devices: int | None = None, *,
+               key: str = "mesh", devices: str | None = None) -> None:
     """ConfigError unless `mesh` names a strategy or valid axis sizes that split batch_size into whole rows per
-    data-parallel shard and micro-batch (with num_devices: also that the sizes use exactly that many devices)."""
+    data-parallel shard and micro-batch (batch_size None: no rows to split). With num_devices: also that the sizes
+    use exactly that many devices, which `devices` describes in the error (default: "this machine has N").
+    `key` is the config key the errors name."""
     from tunix_lite.sharding import MESH_AXES, STRATEGIES, strategy_shape
 
     choices = ["auto", *STRATEGIES]
@@ -327,32 +330,32 @@ def check_mesh(mesh: str | dict, batch_size: int, micro_batches: int = 1, num_de
         if mesh not in choices:
             close = difflib.get_close_matches(mesh, choices, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"mesh: {mesh!r} is not a strategy{hint}; choose one of {', '.join(choices)}, or axis "
+            raise ConfigError(f"{key}: {mesh!r} is not a strategy{hint}; choose one of {', '.join(choices)}, or axis "
                               "sizes such as {data: 1, fsdp: 4, tensor: 2}")
         if num_devices is None or mesh == "auto":
             return
         try:
             sizes = strategy_shape(mesh, num_devices)
         except ValueError as e:
-            raise ConfigError(f"mesh: {e}") from None
+            raise ConfigError(f"{key}: {e}") from None
     else:
         unknown = sorted(set(mesh) - set(MESH_AXES))
         if unknown:
-            raise ConfigError(f"mesh: unknown axis {unknown[0]!r}; the axes are {', '.join(MESH_AXES)}")
+            raise ConfigError(f"{key}: unknown axis {unknown[0]!r}; the axes are {', '.join(MESH_AXES)}")
         bad = {k: v for k, v in mesh.items() if v == 0 or v < -1}
         if bad or list(mesh.values()).count(-1) > 1:
-            raise ConfigError(f"mesh: axis sizes must be >= 1, with at most one -1 (the remaining devices); got {mesh}")
+            raise ConfigError(f"{key}: axis sizes must be >= 1, with at most one -1 (the remaining devices); got {mesh}")
         sizes = {"data": 1, "fsdp": 1, "tensor": 1} | mesh
         if num_devices is not None:
             known = math.prod(v for v in sizes.values() if v != -1)
             sizes = {k: (num_devices // known if v == -1 else v) for k, v in sizes.items()}
             if math.prod(sizes.values()) != num_devices:
-                raise ConfigError(f"mesh: {mesh} needs {math.prod(sizes.values())} devices, this machine has "
-                                  f"{num_devices}")
+                raise ConfigError(f"{key}: {mesh} needs {math.prod(sizes.values())} devices, "
+                                  + (devices or f"this machine has {num_devices}"))
         elif -1 in sizes.values():
             return
     shards = sizes["data"] * sizes["fsdp"]
-    if batch_size % (shards * micro_batches):
+    if batch_size is not None and batch_size % (shards * micro_batches):
         raise ConfigError(f"batch_size: {batch_size} rows cannot be split into {micro_batches} micro-batch(es) of whole "
                           f"rows on each of the mesh's {shards} data x fsdp shards ({mesh}); use a multiple of "
                           f"{shards * micro_batches}")

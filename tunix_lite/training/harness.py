@@ -164,6 +164,7 @@ class Run:
         self.out = Path(config.output_dir).expanduser() if config.output_dir else None
         self.resume_from = 0
         self.start_over = False  # overwrite an earlier run: deleted when training starts, not before
+        self.devices = None  # the devices `mesh:` spans (None: all; an RL run may keep some for its rollouts)
         self.inputs = input_fingerprints(config) if self.out is not None else {}
         if self.out is not None:
             self._check_output_dir()
@@ -279,12 +280,14 @@ class Run:
         return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
 
     def mesh(self) -> jax.sharding.Mesh | None:
-        """The config's `mesh:` on this machine's devices (ConfigError when they do not fit it)."""
+        """The config's `mesh:` on this machine's devices, or on `self.devices` when set (ConfigError when they do
+        not fit it)."""
         config = self.config
         if config.mesh is None:
             return None
-        check_mesh(config.mesh, config.batch_size, config.micro_batches, num_devices=jax.device_count())
-        mesh = sharding.resolve_mesh(config.mesh)
+        devices = self.devices if self.devices is not None else jax.devices()
+        check_mesh(config.mesh, config.batch_size, config.micro_batches, num_devices=len(devices))
+        mesh = sharding.resolve_mesh(config.mesh, devices)
         shards = sharding.batch_shards(mesh)
         if config.batch_size % (shards * config.micro_batches):  # `auto` is only known here
             raise ConfigError(f"batch_size: {config.batch_size} rows cannot be split into {config.micro_batches} "
