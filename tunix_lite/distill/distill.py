@@ -77,7 +77,7 @@ class DistillConfig(ConfigBase, RunOptions, DataOptions, OptimOptions, ModelOpti
                               f"{' and transfer' if self.transfer else ''}; name the teacher model, or set alpha: 0 "
                               "for the CE-only baseline")
         if self.top_k and (self.transfer or self.on_policy_ratio):
-            raise ConfigError(f"top_k: a cache holds the teacher's logits over the dataset only; attention/feature "
+            raise ConfigError("top_k: a cache holds the teacher's logits over the dataset only; attention/feature "
                               "transfer and on-policy steps need the teacher online (top_k: 0)")
         if self.top_k and self.packing:
             raise ConfigError("packing: a teacher cache is per example; use packing: false with top_k > 0")
