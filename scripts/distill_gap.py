@@ -3,15 +3,24 @@
     python scripts/distill_gap.py --variants ce,kd,gkd --table course/results/07_distill.md   # the course's table
     python scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
     python scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
+    python scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,kd,seqce,seqkd   # few labels
 
 Every student is the same 2-layer cut of the teacher (blocks 0 and 5), trained with the same steps, batches and
-data (configs/distill_tiny.yaml); the variants differ only in the loss:
+data (configs/distill_tiny.yaml); the variants differ only in the loss (the seq* ones also in the data):
 
     ce            alpha 0: plain fine-tuning on the data (no teacher)
     kd            the config: alpha * T^2 * KL + (1 - alpha) * CE, teacher online
     kd_cached     the same from a top-32 teacher cache
     kd_attention  kd + attention transfer;  kd_feature: kd + feature matching through a learned projection
     gkd           half the steps on the student's own samples, scored by the teacher (reverse KL)
+    seqce, seqkd  (with --unlabelled) ce / kd on the labelled examples plus unlabelled prompts answered by the
+                  teacher (greedy): sequence-level KD (Kim & Rush, 2016); seqkd adds the teacher's soft targets
+
+By default the students learn from the teacher's own training examples, which it has memorised, so its soft targets
+are the labels. --labels N is the regime KD is for: a transfer set the teacher never saw (train-split prompts drawn
+with --transfer-seed, minus every prompt of the teacher's training set as its run's config.yaml describes it, no
+prompt twice), of which every student gets the same N labelled examples; the seq* variants also get --unlabelled M
+further prompts of it, answered by the teacher instead of the labels.
 
 Held out: the synthetic tasks' test split (a seed no config uses), never seen by teacher or students; settings are
 chosen on the validation split (--split validation, disjoint from train and test by prompt) and the test split is
@@ -24,6 +33,7 @@ Writes <out>/results.json and prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -36,7 +46,10 @@ VARIANTS = {
     "kd_attention": dict(attention_weight=1.0),
     "kd_feature": dict(feature_weight=1.0),
     "gkd": dict(on_policy_ratio=0.5, divergence="reverse"),
+    "seqce": dict(alpha=0.0, teacher=None),
+    "seqkd": {},
 }
+SEQUENCE_LEVEL = {"seqce", "seqkd"}  # the labelled examples plus the teacher's answers to the unlabelled prompts
 
 
 def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -73,6 +86,55 @@ def gap_closed(student: dict, ce: dict, teacher: dict) -> dict:
             for key in ("loss", "accuracy")}
 
 
+def transfer_set(teacher: str, labels: int, unlabelled: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(labelled, unlabelled) records: train-split examples drawn with `seed` whose prompts are not in the teacher's
+    training set, no prompt twice, the domains taking turns; the unlabelled ones are for the teacher to answer.
+    Disjoint from the validation and test splits by construction (a prompt's split is a hash of it)."""
+    import yaml
+
+    from tunix_lite.data.synthetic import DOMAINS, make_splits, split_of
+
+    run_config = Path(teacher).parent / "config.yaml"
+    if not run_config.is_file():
+        sys.exit(f"--labels: {run_config} not found: the teacher's training set is read from its run's config.yaml")
+    taught = yaml.safe_load(run_config.read_text())
+    if taught.get("train_data") != "synthetic":
+        sys.exit(f"--labels: the teacher trained on {taught.get('train_data')} ({run_config}), not the synthetic tasks")
+    seen = set(make_splits(taught["n_train"], 1, 1, seed=taught["seed"],
+                           domains=taught.get("domains") or DOMAINS)["train"]["prompt"])
+    wanted = labels + unlabelled
+    pool = make_splits(4 * wanted, 1, 1, seed=seed)["train"]
+    fresh = list({r["prompt"]: {k: r[k] for k in ("domain", "prompt", "completion")}
+                  for r in pool if r["prompt"] not in seen}.values())
+    rank = collections.Counter()  # domains in turn, as far as each has unseen prompts (the teacher saw most of
+    for r in fresh:               # the few facts and instruction prompts): the labelled set stays mixed
+        r["rank"], rank[r["domain"]] = rank[r["domain"]], rank[r["domain"]] + 1
+    fresh = [{k: v for k, v in r.items() if k != "rank"} for r in sorted(fresh, key=lambda r: r["rank"])]
+    if len(fresh) < wanted:
+        sys.exit(f"--labels {labels} --unlabelled {unlabelled}: only {len(fresh)} prompts the teacher never saw")
+    assert all(split_of(r["prompt"]) == "train" for r in fresh)
+    return fresh[:labels], fresh[labels:wanted]
+
+
+def write_jsonl(path: Path, records) -> str:
+    path.write_text("".join(json.dumps(dict(r)) + "\n" for r in records), encoding="utf-8")
+    return str(path)
+
+
+def write_section(path: Path, heading: str, body: str) -> None:
+    """Write `heading` and `body` into the markdown file `path`: in place of the section under that heading (up to
+    the next "## ") if there is one, else at the end; the rest of the file is kept."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = f"{heading}\n\n{body.strip()}\n"
+    start = text.find(heading)
+    if start < 0:
+        text = (text.rstrip() + "\n\n" if text.strip() else "") + section
+    else:
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + section + (text[end:] if end >= 0 else "")
+    path.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="configs/distill_tiny.yaml")
@@ -82,6 +144,11 @@ def main() -> None:
     parser.add_argument("--test-seed", type=int, default=7)
     parser.add_argument("--split", choices=("test", "validation"), default="test",
                         help="held-out split: choose settings on validation, report on test once")
+    parser.add_argument("--labels", type=int, help="few labels: the students learn from this many labelled "
+                        "examples of a transfer set the teacher never saw (see above)")
+    parser.add_argument("--unlabelled", type=int, default=0, help="with --labels: prompts of the transfer set "
+                        "answered by the teacher, for the seq* variants")
+    parser.add_argument("--transfer-seed", type=int, default=1, help="with --labels: the transfer set's seed")
     parser.add_argument("--out", default="runs/distill_gap")
     parser.add_argument("--set", nargs="*", default=[], help="config overrides key=value (every variant) or "
                         "variant.key=value (that variant only); YAML values")
@@ -106,12 +173,39 @@ def main() -> None:
     shared = {k: v for k, v in extra.items() if "." not in k}
     base = load_config(args.config) if not args.steps else load_config(args.config, steps=args.steps)
 
+    names = args.variants.split(",")
+    if any(name in SEQUENCE_LEVEL for name in names) and not args.unlabelled:
+        parser.error(f"{', '.join(sorted(SEQUENCE_LEVEL))} need --labels N and --unlabelled M")
+    teacher = None
     if "teacher" not in results:
         teacher, tokenizer = load(base.teacher)
         results["teacher"] = heldout(teacher, tokenizer, test) | {"model": base.teacher}
         results_file.write_text(json.dumps(results, indent=1))
-    for name in args.variants.split(","):
+    data = {}
+    if args.labels:  # the transfer set, as files the configs name (train_data) beside the run
+        from tunix_lite.evaluation import TaskEval
+
+        labelled, unlabelled = transfer_set(base.teacher, args.labels, args.unlabelled, args.transfer_seed)
+        validation = make_splits(1, base.n_validation, 1, seed=base.seed)["validation"]
+        data["validation_data"] = write_jsonl(out / "validation.jsonl", validation)
+        data["labelled"] = write_jsonl(out / "labelled.jsonl", labelled)
+        answered = out / "teacher_answers.jsonl"  # greedy: computed once for these prompts, then reused
+        if unlabelled and (not answered.exists() or [r["prompt"] for r in unlabelled] !=
+                           [json.loads(line)["prompt"] for line in answered.read_text().splitlines()]):
+            teacher, tokenizer = (teacher, tokenizer) if teacher is not None else load(base.teacher)
+            texts = TaskEval(teacher, tokenizer, [r | {"answer": ""} for r in unlabelled]).completions()
+            write_jsonl(answered, [r | {"completion": text.strip()} for r, text in zip(unlabelled, texts)])
+        if unlabelled:
+            with_answers = labelled + [json.loads(line) for line in answered.read_text().splitlines()]
+            data["with_answers"] = write_jsonl(out / "with_teacher_answers.jsonl", with_answers)
+    del teacher
+    for name in names:
         own = {k.split(".", 1)[1]: v for k, v in extra.items() if k.startswith(name + ".")}
+        if data:
+            own = {"train_data": data["with_answers" if name in SEQUENCE_LEVEL else "labelled"],
+                   "validation_data": data["validation_data"]} | own
+            if name in SEQUENCE_LEVEL:  # a rambling teacher answer may not fit a row: dropped, as the report says
+                own = {"truncation": "drop"} | own
         overrides = shared | VARIANTS[name] | own | {"output_dir": str(out / name), "overwrite": True, "eval_every": 0,
                                               "n_accuracy": 0, "checkpoint_every": 0}
         config = type(base).from_dict(base.to_dict() | overrides)
@@ -134,14 +228,23 @@ def main() -> None:
         rows.append(f"| {name} | {r['loss']:.3f} [{l0:.3f}, {l1:.3f}] | {r['accuracy']:.3f} [{a0:.3f}, {a1:.3f}] "
                     f"| {r['format']:.3f} | {closed} |")
     print("\n".join(rows))
-    if args.table:
+    if args.table:  # a section of the markdown file and a key of the .json beside it, per setting
         command = "nice -n 10 python " + " ".join(sys.argv)
+        if args.labels:
+            heading, key = (f"## Few labels: {args.labels} labelled examples the teacher never saw"
+                            f"{f', {args.unlabelled} prompts it answered' if args.unlabelled else ''}"), "few_labels"
+        else:
+            heading, key = "## Students on the teacher's own training set", None
         args.table.parent.mkdir(parents=True, exist_ok=True)
-        args.table.write_text(f"Reproduce: `{command}` (teacher: `tunix-lite train --config configs/sft_tiny.yaml`)."
-                              f"\n\n{args.n_test} held-out {args.split} prompts "
-                              f"(`make_splits(..., seed={args.test_seed})`)."
-                              "\n\n" + "\n".join(rows) + "\n", encoding="utf-8")
-        args.table.with_suffix(".json").write_text(json.dumps({"command": command} | results, indent=1))
+        write_section(args.table, heading, f"Reproduce: `{command}` (teacher: `tunix-lite train --config "
+                      f"configs/sft_tiny.yaml`).\n\n{args.n_test} held-out {args.split} prompts (`make_splits(..., "
+                      f"seed={args.test_seed})`).\n\n" + "\n".join(rows))
+        saved = args.table.with_suffix(".json")
+        everything = json.loads(saved.read_text()) if saved.exists() else {}
+        this = {"command": command} | results
+        everything = everything | {key: this} if key else {k: everything[k] for k in ("few_labels",)
+                                                            if k in everything} | this
+        saved.write_text(json.dumps(everything, indent=1))
     print(f"wrote {results_file}")
 
 
