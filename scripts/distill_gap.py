@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from course_results import wilson  # scripts/ is on the path when a script runs
+
 VARIANTS = {
     "ce": dict(alpha=0.0, teacher=None),
     "kd": {},
@@ -50,13 +52,6 @@ VARIANTS = {
     "seqkd": {},
 }
 SEQUENCE_LEVEL = {"seqce", "seqkd"}  # the labelled examples plus the teacher's answers to the unlabelled prompts
-
-
-def wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a proportion p measured on n trials."""
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
-    return centre - half, centre + half
 
 
 def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
@@ -78,7 +73,7 @@ def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
     boot = sums[draws].sum(1) / counts[draws].sum(1)
     scores = TaskEval(model, tokenizer, records)()
     return {"loss": loss, "loss_ci": [float(x) for x in np.percentile(boot, [2.5, 97.5])]} | scores | {
-        "accuracy_ci": list(wilson(scores["accuracy"], len(records))), "n": len(records)}
+        "accuracy_ci": list(wilson(scores["accuracy"] * len(records), len(records))), "n": len(records)}
 
 
 def gap_closed(student: dict, ce: dict, teacher: dict) -> dict:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import shlex
 import resource
+import shlex
 import sys
 import time
 from pathlib import Path
+
+from course_results import wilson  # scripts/ is on the path when a script runs
 
 ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref) ranks the pair right"),
         ("logps/accuracies", "pair accuracy: log π(chosen) > log π(rejected)"),
@@ -35,12 +36,6 @@ ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref
 RATES = ("rewards/accuracies", "logps/accuracies", "accuracy", "format", "flaw/wrong", "flaw/untagged", "flaw/unclosed")
 
 
-def wilson(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a rate measured on n examples."""
-    centre, half = rate + z * z / (2 * n), z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
-
-
 def table(columns: dict[str, dict], rows=ROWS, n: int | None = None) -> str:
     """Markdown table of the scores; with n, rates get their 95% Wilson interval."""
     names = list(columns)
@@ -49,7 +44,7 @@ def table(columns: dict[str, dict], rows=ROWS, n: int | None = None) -> str:
     def cell(key, value):
         if n is None or key not in RATES:
             return f"{value:.3f}"
-        low, high = wilson(value, n)
+        low, high = wilson(value * n, n)
         return f"{value:.3f} [{low:.2f}, {high:.2f}]"
 
     domains = sorted({k for c in columns.values() for k in c if k.startswith("accuracy/")})
@@ -61,7 +56,7 @@ def table(columns: dict[str, dict], rows=ROWS, n: int | None = None) -> str:
 
 def verdict(before: dict, after: dict, n: int) -> str:
     """SFT -> DPO against issue 12's targets: held-out implicit-reward pair accuracy >= 0.90, exact match not lower."""
-    low, _ = wilson(after["rewards/accuracies"], n)
+    low, _ = wilson(after["rewards/accuracies"] * n, n)
     em = f"{before['accuracy']:.3f} -> {after['accuracy']:.3f}"
     return (f"Against the targets (SFT -> DPO): implicit-reward pair accuracy {after['rewards/accuracies']:.3f} "
             f"(interval from {low:.2f}; target >= 0.90: {'met' if after['rewards/accuracies'] >= 0.9 else 'NOT met'}); "

@@ -177,9 +177,7 @@ def reward_model_reward(path_or_model: str | Path | ScalarHead, tokenizer=None, 
             raise ValueError("reward_model_reward: a model needs its tokenizer and seq_len")
         return RewardFunction(path_or_model, tokenizer, seq_len=seq_len, template=template, batch_size=batch_size)
     path = check_reward_model(path_or_model)
-    reward = RewardFunction(None, None, seq_len=seq_len, template=template, batch_size=batch_size)
-    reward.path = path
-    return reward
+    return RewardFunction(None, None, seq_len=seq_len, template=template, batch_size=batch_size, path=path)
 
 
 class RewardFunction:
@@ -190,12 +188,11 @@ class RewardFunction:
 
     __name__ = "reward_model"  # TRL logs reward functions by their __name__
 
-    path: Path | None = None  # a saved reward model not loaded yet (reward_model_reward)
-
     def __init__(self, model: ScalarHead | None, tokenizer, *, seq_len: int | None, template: str | None = None,
-                 batch_size: int = 16):
+                 batch_size: int = 16, path: Path | None = None):
         self.model, self.tokenizer, self.seq_len, self.template, self.batch_size = (model, tokenizer, seq_len,
                                                                                     template, batch_size)
+        self.path = path  # a saved reward model, loaded at the first call (model None until then)
 
     def load(self) -> RewardFunction:
         """Load the saved reward model now (the first call does it otherwise)."""

@@ -181,9 +181,10 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
               f"of <= {config.max_new_tokens} tokens; rows of {stream.row_len}; rewards "
               + " + ".join(f"{w:g} x {n}" for n, w in rewards.weights.items()))
     if rollout_mesh is not None:
+        trainer_ids = [d.id for d in run.devices[:None if config.mesh else 1]]
         report += (f"\nrollouts on devices {[d.id for d in rollout_mesh.devices.flat]} ({dict(rollout_mesh.shape)}), "
-                   f"training on {[d.id for d in run.devices[:None if config.mesh else 1]]}: a copy of {engine.weights.last['bytes']:,} bytes, "
-                   f"then {'the adapters' if config.lora_rank else 'every parameter'} sent after each update")
+                   f"training on {trainer_ids}: a copy of {engine.weights.last['bytes']:,} bytes, then "
+                   f"{'the adapters' if config.lora_rank else 'every parameter'} sent after each update")
     run.say(report)
     result = run.train(model, tokenizer, loss_from_config(config), stream.batches,
                        task_eval_fn(config, model, tokenizer, validation), frozen=frozen, report=report,

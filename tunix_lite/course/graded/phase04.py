@@ -398,12 +398,18 @@ def test_quantize_int8_zero_column_under_jit(impl, rng):
 # ----------------------------------------------------------------------------- NF4 with double quantization
 
 
-def _nf4_dq_ref(w, block, group):
+def _nf4_distances(w, block):
+    """(|w / block absmax - code| for every weight and NF4 code [blocks, block, 16], the block absmaxes [blocks])."""
     flat = np.asarray(w, np.float64).reshape(-1)
     flat = np.concatenate([flat, np.zeros(-flat.size % block)]).reshape(-1, block)
     absmax = np.abs(flat).max(1)
     normed = flat / np.where(absmax > 0, absmax, 1.0)[:, None]
-    idx = np.argmin(np.abs(normed[..., None] - NF4), axis=-1)
+    return np.abs(normed[..., None] - NF4), absmax
+
+
+def _nf4_dq_ref(w, block, group):
+    distance, absmax = _nf4_distances(w, block)
+    idx = np.argmin(distance, axis=-1)
     offset = absmax.mean()
     centered = np.concatenate([absmax - offset, np.zeros(-absmax.size % group)]).reshape(-1, group)
     group_scale = np.abs(centered).max(1) / 127
@@ -425,9 +431,7 @@ def _check_dq(got, w, block, group, where):
     assert codes.shape == want_codes.shape and codes.dtype == np.int8, \
         f"{where}: scale_codes {codes.shape} {codes.dtype}, expected int8 {want_codes.shape}"
     assert group_scale.shape == want_gs.shape, f"{where}: group_scales {group_scale.shape}, expected {want_gs.shape}"
-    flat = np.asarray(w, np.float64).reshape(-1)
-    flat = np.concatenate([flat, np.zeros(-flat.size % block)]).reshape(-1, block)
-    distance = np.abs((flat / np.where(absmax > 0, absmax, 1.0)[:, None])[..., None] - NF4)  # [blocks, block, 16]
+    distance, _ = _nf4_distances(w, block)
     chosen = np.take_along_axis(distance, idx[..., None].astype(np.int64), -1)[..., 0]
     # a weight halfway between two codes may round either way in float32: any code as near as the nearest is right
     off = np.argwhere(chosen > distance.min(-1) + 1e-5)
