@@ -333,14 +333,16 @@ print("reference:", problem["answer"])
 md("""
 ## 9. Measured with the full recipes
 
-The `ci` profile's numbers above come from a few dozen steps and are not the point. These tables come from
-the full configs (the command in the cell below); `report/` of your own run holds the same.
+The `ci` profile's numbers above come from a few dozen steps and are not the point. The tables below come from
+full runs, each labelled with the command that made it: first the tiny capstone and the agent on a CPU, then
+Gemma 3 270M through the TPU profile on one GPU. `report/` of your own run holds the same tables.
 """)
 
 code("""
 from tunix_lite.course.results import show
 
-show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && cp runs/capstone_tiny/report/table.md course/results/09_capstone.md && cp runs/capstone_tiny/report/stages.png course/results/09_capstone.png")
+show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && tunix-lite run configs/agent_tiny.yaml")
+show("09_capstone_gemma", "tunix-lite run configs/capstone_gemma3_270m_tpu.yaml --max-minutes 500")
 """)
 
 md("""

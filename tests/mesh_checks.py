@@ -1,4 +1,4 @@
-"""The fake-device checks behind tests/test_sharding.py, in one process (jax fixes the device count when it starts):
+"""The fake-device checks behind tests/test_sharding*.py, in one process per test file (jax fixes the device count when it starts):
 
     XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0" JAX_PLATFORMS=cpu \
         python tests/mesh_checks.py OUT.json [check names]
@@ -264,6 +264,21 @@ def check_frozen_losses():
             del got
 
 
+def check_planner():
+    """The planner's memory per device against XLA's own plan for the tiny model's full step under each strategy,
+    at 8 rows per device (at 1-2 rows XLA:CPU plans a third less, on one device too: tests/test_planner.py)."""
+    from tunix_lite import planner
+
+    config = get_config("tiny")
+    for strategy in STRATEGIES:
+        mesh = sharding.resolve_mesh(strategy)
+        rows = 8 * mesh.shape["data"] * mesh.shape["fsdp"]
+        RESULTS[f"planner/{strategy}"] = {
+            "xla": planner.xla_memory(config, batch=rows, seq=128, mesh=mesh)["peak"],
+            "planned": sum(planner.plan_memory(config, config, dict(mesh.shape), batch=rows, seq=128,
+                                               compute_dtype="float32").values())}
+
+
 def check_rollouts():
     """A LoRA policy trained on 4 devices, its rollout copy on the other 4 synced after a step (adapters only), and
     the trainer's own weights sampled where they are (colocated): all sample what one device samples."""
@@ -382,7 +397,7 @@ def check_grpo_split():
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
     start = time.perf_counter()
-    for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split):
+    for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split, check_planner):
         if only and check.__name__ not in only:
             continue
         t = time.perf_counter()

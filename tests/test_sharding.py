@@ -1,13 +1,13 @@
 """Sharding: sharded == one device on 8 fake CPU devices, the layouts and collectives each strategy implies,
 resuming on another mesh, rollouts on a split mesh, and a 2-process run over JAX's own runtime.
 
-The fake-device checks run in ONE subprocess (tests/mesh_checks.py: jax fixes its device count when it starts and
-the rest of the suite runs on one device); each test below reads its part of the results. Tolerances are float32
-noise: the sharded programs sum in a different order.
+The fake-device checks run in a subprocess (tests/mesh_checks.py: jax fixes its device count when it starts and
+the rest of the suite runs on one device); each test below reads its part of the results. The algorithms' checks
+(DPO, distillation, GRPO on a split mesh, the planner) are tests/test_sharding_algorithms.py's subprocess.
+Tolerances are float32 noise: the sharded programs sum in a different order.
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -21,24 +21,9 @@ STRATEGIES = ("dp", "fsdp", "tp", "fsdp_tp")
 LOSS_TOL, GRAD_TOL, PARAM_TOL = 1e-5, 1e-6, 1e-6  # absolute; gradients are ~0.06 at most, losses ~6
 
 
-def _env(**extra):
-    root = str(HERE.parent)
-    path = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path, **extra)
-
-
 @pytest.fixture(scope="module")
-def mesh(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mesh") / "results.json"
-    # LLVM at -O0: the checks' programs are tiny and run a few steps, compiling is most of their time (~1/3 less)
-    flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-    run = subprocess.run([sys.executable, str(HERE / "mesh_checks.py"), str(out)], capture_output=True, text=True,
-                         env=_env(XLA_FLAGS=flags), timeout=900)
-    assert out.exists(), run.stderr[-3000:]
-    results = json.loads(out.read_text())
-    errors = {k: v for k, v in results.items() if k.startswith("error/")}
-    assert not errors, "\n".join(errors.values())
-    return results
+def mesh(tmp_path_factory, run_mesh_checks):
+    return run_mesh_checks(tmp_path_factory.mktemp("mesh") / "results.json", "check_strategies", "check_rollouts")
 
 
 @pytest.mark.slow
@@ -61,24 +46,9 @@ def test_sharded_step_equals_one_device(mesh, loss):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("algorithm", ["dpo", "distill"])
-def test_frozen_model_losses_on_a_mesh_equal_one_device(mesh, algorithm, strategy):
-    """The algorithms' own losses with a frozen model inside the step, under each strategy: DPO (pairs [B, 2, T],
-    the lm head on a completion window, a reference copy) and distillation (KD + attention transfer from a 2-block
-    teacher). Policy, reference and teacher weights laid out by the rules. (GRPO: test_sharded_step_equals_one_device.)"""
-    r = mesh[f"{algorithm}/{strategy}"]
-    if algorithm == "dpo":
-        assert abs(r["loss"] - np.log(2)) < 1e-6  # policy == reference at step 1
-    assert r["loss_error"] < LOSS_TOL and r["loss2_error"] < LOSS_TOL and r["short_batch_loss_error"] < LOSS_TOL, r
-    assert r["grad_error"] < GRAD_TOL < r["grad_scale"] and r["param_error"] < PARAM_TOL, r
-    assert r["layout_errors"] == [] and r["frozen_layout_errors"] == []
-
-
-@pytest.mark.slow
 def test_every_variable_is_laid_out_as_the_rules_say(mesh):
     checked = [key for key, r in mesh.items() if isinstance(r, dict) and "layout_errors" in r]
-    assert len(checked) == 18  # (SFT, GRPO) x (4 strategies + a resumed run) + (DPO, distillation) x 4 strategies
+    assert len(checked) == 10  # (SFT, GRPO) x (4 strategies + a resumed run); DPO's and KD's: the other file
     for key in checked:
         assert mesh[key]["layout_errors"] == [], key
 
@@ -144,26 +114,6 @@ def test_rollouts_after_a_sync_equal_the_trainers_own(mesh):
     assert max(r["logprob_error"].values()) < 1e-4
 
 
-@pytest.mark.slow
-def test_grpo_on_a_split_mesh_trains_like_colocated(mesh):
-    """run_grpo with `rollout_mesh`: training on devices 0-3, rollouts on 4-7 from a copy that every parameter is
-    sent to before each rollout, against the colocated run (one device) with the same seed: the same rollouts
-    (rewards and lengths), the same losses, KL and trained weights to float32 noise."""
-    r = mesh["grpo/split"]
-    assert r["steps"] == [1, 2, 3] and r["same_rollouts"] and min(r["zero_signal_groups"]) < 1, r
-    assert r["trainer_devices"] == [0, 1, 2, 3]
-    assert r["printed"]["colocated"] == [] and r["printed"]["split"] == [
-        f"rollouts on devices [4, 5, 6, 7] ({{'data': 2, 'fsdp': 1, 'tensor': 2}}), training on [0, 1, 2, 3]: a copy "
-        f"of {r['param_bytes']:,} bytes, then every parameter sent after each update"]
-    colocated, split = r["syncs"]["colocated"], r["syncs"]["split"]
-    assert len(colocated) == len(split) == 3 and all(s["bytes"] == 0 and s["error"] == 0 for s in colocated)
-    assert all(s["bytes"] == r["param_bytes"] and s["error"] == 0 and s["devices"] == [4, 5, 6, 7] for s in split)
-    assert r["kl"][2] > 0 and r["loss_error"] < LOSS_TOL and r["kl_error"] < LOSS_TOL, r  # step 2 moved the policy
-    # AdamW divides each coordinate by its own gradient's size, so where a gradient is near 0 the trainers' different
-    # summation orders show up larger than under SGD: measured 1.6e-6 against a change of 1.6e-2 (lr 0.01)
-    assert r["param_error"] < 1e-5 < r["param_change"], r
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -171,13 +121,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_train_like_one(tmp_path):
+def test_two_processes_train_like_one(tmp_path, subprocess_env):
     """2 processes x 2 CPU devices over jax.distributed (gloo): one sharded SFT step equals one device's, an Orbax
     checkpoint written by both restores onto another mesh shape, and the run harness (run_sft with mesh: fsdp)
     prints, logs and exports from process 0 only."""
     port = str(_free_port())
     procs = [subprocess.Popen([sys.executable, str(HERE / "multiprocess_checks.py"), str(i), "2", port,
-                               str(tmp_path)], env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               str(tmp_path)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]
     stderr = [p.communicate(timeout=900)[1] for p in procs]
     results = []

@@ -264,7 +264,7 @@ class Run:
                 checkpoints.close()
         history = trainer.history
         if trainer.steps_done < config.steps and self.deadline is not None and time.monotonic() >= self.deadline:
-            self.say(f"time budget of {config.max_minutes:g} min used at step {trainer.steps_done} of {config.steps}; "
+            self.say(f"time budget (max_minutes) used up at step {trainer.steps_done} of {config.steps}; "
                      f"checkpoint saved in {self.out}: rerun the same command to continue")
             model.eval()
             return RunResult(model, tokenizer, history, before or {}, {}, report, time.perf_counter() - self.start,
