@@ -24,8 +24,8 @@ What the numbers are:
   (step time x devices x peak). Chip figures are public specifications (Google Cloud TPU and NVIDIA data sheets).
 
 Checked against XLA's own `compiled.memory_analysis()` (tests/test_planner.py, benchmarks/scaling.py): on CPU within
-15% for one device and every strategy at 4 or more rows per device (at 1-2 rows XLA:CPU's plan is a third smaller
-than at 4, on one device as under dp, so the plan is conservative there); on an H100 in bf16, 19-35% above XLA's
+15% for one device and every strategy at 8 or more rows per device (with fewer, XLA:CPU keeps less than the block
+count says, on one device as under dp: the plan is conservative there, +18% at 4 rows, +45% at 2); on an H100 in bf16, 19-35% above XLA's
 plan for full fine-tuning and 5% below it for LoRA (benchmarks/RESULTS.md, scaling section).
 """
 
