@@ -139,7 +139,7 @@ def step_seconds(options: dict[str, dict], rounds: int = 5) -> dict[str, float]:
     for _ in range(rounds):
         for name, trainer in trainers.items():
             start = time.perf_counter()
-            trainer.step(next(streams[name]))
+            float(trainer.step(next(streams[name]))["loss"])  # the step runs asynchronously: wait for its result
             seconds[name].append(time.perf_counter() - start)
     return {name: float(np.median(s)) for name, s in seconds.items()}
 
