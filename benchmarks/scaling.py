@@ -105,11 +105,9 @@ def strategies_memory() -> str:
              "|---|---|---|---|---|"]
     for strategy, batch in [(None, 2), (None, 8)] + [(s, b) for b in (16, 64) for s in sharding.STRATEGIES]:
         mesh = sharding.resolve_mesh(strategy) if strategy else None
-        shape = dict(mesh.shape) if mesh else {"data": 1, "fsdp": 1, "tensor": 1}
-        measured = planner.xla_memory(config, batch=batch, seq=128, mesh=mesh)["peak"]
-        planned = sum(planner.plan_memory(config, config, shape, batch=batch, seq=128,
-                                          compute_dtype="float32").values())
-        rows = batch // (shape["data"] * shape["fsdp"])
+        memory = planner.against_xla(config, batch=batch, seq=128, mesh=mesh)
+        measured, planned = memory["xla"], memory["planned"]
+        rows = batch // (mesh.shape["data"] * mesh.shape["fsdp"]) if mesh else batch
         lines.append(f"| {strategy or 'one device'} | {batch} x 128 ({rows}) | {measured / 2**20:.1f} | "
                      f"{planned / 2**20:.1f} | {(planned - measured) / measured:+.0%} |")
     return "\n".join(lines)
@@ -123,14 +121,12 @@ def planner_vs_xla() -> str:
     from tunix_lite import planner
     from tunix_lite.models import get_config
 
-    one = {"data": 1, "fsdp": 1, "tensor": 1}
     lines = ["| shape | batch | options | XLA MiB | planned MiB | error |", "|---|---|---|---|---|---|"]
     for name, config, rows, seq in (("tiny", get_config("tiny"), 8, 128),
                                     ("llama", impl_tunix_lite.llama_config(common.SHAPES["llama"]), 8, 256)):
         for options in ({}, {"lora_rank": 8}, {"logits_chunk": 256}, {"remat": True}):
-            measured = planner.xla_memory(config, batch=rows, seq=seq, **options)["peak"]
-            planned = sum(planner.plan_memory(config, config, one, batch=rows, seq=seq, compute_dtype="float32",
-                                              **options).values())
+            memory = planner.against_xla(config, batch=rows, seq=seq, **options)
+            measured, planned = memory["xla"], memory["planned"]
             lines.append(f"| {name} | {rows} x {seq} | {options or 'full fine-tuning'} | {measured / 2**20:.1f} | "
                          f"{planned / 2**20:.1f} | {(planned - measured) / measured:+.0%} |")
     return "\n".join(lines)

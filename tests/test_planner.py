@@ -57,9 +57,8 @@ def test_memory_is_within_15_percent_of_xlas_plan(options):
     """The planner's per-device total against `compiled.memory_analysis()` of the real step (XLA:CPU, one device,
     float32, a 2-layer tiny model). benchmarks/scaling.py reports the same for the full tiny and llama shapes."""
     config = get_config("tiny").replace(num_layers=2)
-    measured = planner.xla_memory(config, batch=8, seq=128, **options)["peak"]
-    planned = sum(planner.plan_memory(config, config, ONE, batch=8, seq=128, compute_dtype="float32",
-                                      **options).values())
+    memory = planner.against_xla(config, batch=8, seq=128, **options)
+    measured, planned = memory["xla"], memory["planned"]
     assert abs(planned - measured) / measured < 0.15, (planned, measured)
 
 

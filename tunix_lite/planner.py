@@ -23,10 +23,11 @@ What the numbers are:
   (ring algorithms), assuming they overlap perfectly: a floor on step time, not a forecast. MFU = model FLOPs /
   (step time x devices x peak). Chip figures are public specifications (Google Cloud TPU and NVIDIA data sheets).
 
-Checked against XLA's own `compiled.memory_analysis()` (tests/test_planner.py, benchmarks/scaling.py): on CPU within
-15% for one device and every strategy at 8 or more rows per device (with fewer, XLA:CPU keeps less than the block
-count says, on one device as under dp: the plan is conservative there, +18% at 4 rows, +45% at 2); on an H100 in bf16, 19-35% above XLA's
-plan for full fine-tuning and 5% below it for LoRA (benchmarks/RESULTS.md, scaling section).
+Checked against XLA's own `compiled.memory_analysis()` (`against_xla`; tests/test_planner.py, benchmarks/scaling.py):
+on CPU within 15% for one device and every strategy at 8 or more rows per device (with fewer, XLA:CPU keeps less
+than the block count says, on one device as under dp: the plan is conservative there, +18% at 4 rows, +45% at 2);
+on an H100 in bf16, 19-35% above XLA's plan for full fine-tuning and 5% below it for LoRA (benchmarks/RESULTS.md,
+scaling section).
 """
 
 from __future__ import annotations
@@ -286,7 +287,8 @@ def plan_memory(config, model: str, mesh: dict[str, int], *, batch: int, seq: in
 
     abstract = abstract_model(model, lora_rank=lora_rank, quantize=quantize)
     trained = nnx.LoRAParam if lora_rank else nnx.Param
-    weights = sharded_bytes(abstract, mesh, nnx.Any(nnx.Param, QuantizedWeight))
+    stored = nnx.Any(nnx.Param, QuantizedWeight)
+    weights = sharded_bytes(abstract, mesh, stored)
     trained_bytes = sharded_bytes(abstract, mesh, trained)
     rows = batch // (mesh["data"] * mesh["fsdp"]) // micro_batches
     dtype_bytes = 2 if compute_dtype == "bfloat16" else 4
@@ -303,7 +305,7 @@ def plan_memory(config, model: str, mesh: dict[str, int], *, batch: int, seq: in
     if mesh["fsdp"] > 1:  # each weight is gathered for the forward and kept for the backward, and the gradients
         # exist whole until they are reduce-scattered: the full (per tensor shard) minus the shard already counted
         whole = dict(mesh, fsdp=1)
-        memory["gathered weights (fsdp)"] = sharded_bytes(abstract, whole, nnx.Any(nnx.Param, QuantizedWeight)) - weights
+        memory["gathered weights (fsdp)"] = sharded_bytes(abstract, whole, stored) - weights
         memory["gradients before reduce-scatter"] = sharded_bytes(abstract, whole, trained) - trained_bytes
     if rollout:
         samples, new_tokens = rollout
@@ -384,3 +386,15 @@ def xla_memory(model, *, batch: int, seq: int, lora_rank: int | None = None, qua
     out = {"arguments": stats.argument_size_in_bytes, "outputs": stats.output_size_in_bytes,
            "temporaries": stats.temp_size_in_bytes}
     return out | {"peak": out["arguments"] + out["outputs"] + out["temporaries"] - stats.alias_size_in_bytes}
+
+
+def against_xla(model, *, batch: int, seq: int, mesh=None, **options) -> dict[str, int]:
+    """{"xla": XLA's peak bytes per device for the real step (`xla_memory`), "planned": the plan's total for the same
+    step (float32, as it compiles there)}. `mesh`: a jax Mesh, or None for one device; `options`: lora_rank,
+    quantize, remat, logits_chunk."""
+    from tunix_lite.models import get_config
+
+    config = get_config(model) if isinstance(model, str) else model
+    shape = dict(mesh.shape) if mesh is not None else {"data": 1, "fsdp": 1, "tensor": 1}
+    planned = sum(plan_memory(config, model, shape, batch=batch, seq=seq, compute_dtype="float32", **options).values())
+    return {"xla": xla_memory(model, batch=batch, seq=seq, mesh=mesh, **options)["peak"], "planned": planned}
