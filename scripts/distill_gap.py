@@ -121,7 +121,7 @@ def write_section(path: Path, heading: str, body: str) -> None:
     the next "## ") if there is one, else at the end; the rest of the file is kept."""
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     section = f"{heading}\n\n{body.strip()}\n"
-    start = text.find(heading)
+    start = text.find(heading + "\n")  # the whole heading line: one heading may begin another
     if start < 0:
         text = (text.rstrip() + "\n\n" if text.strip() else "") + section
     else:
@@ -228,6 +228,10 @@ def main() -> None:
         if args.labels:
             heading, key = (f"## Few labels: {args.labels} labelled examples the teacher never saw"
                             f"{f', {args.unlabelled} prompts it answered' if args.unlabelled else ''}"), "few_labels"
+            layers = shared.get("student_layers", base.student_layers)
+            if layers != base.student_layers:  # another student: a section of its own beside the config's
+                heading += f", a student of teacher blocks {layers}"
+                key += "_blocks_" + "_".join(map(str, layers))
         else:
             heading, key = "## Students on the teacher's own training set", None
         args.table.parent.mkdir(parents=True, exist_ok=True)
@@ -237,8 +241,8 @@ def main() -> None:
         saved = args.table.with_suffix(".json")
         everything = json.loads(saved.read_text()) if saved.exists() else {}
         this = {"command": command} | results
-        everything = everything | {key: this} if key else {k: everything[k] for k in ("few_labels",)
-                                                            if k in everything} | this
+        everything = everything | {key: this} if key else {k: everything[k] for k in everything
+                                                            if k.startswith("few_labels")} | this
         saved.write_text(json.dumps(everything, indent=1))
     print(f"wrote {results_file}")
 

@@ -79,7 +79,7 @@ def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
     settings = dict(overrides(args.set))
     runs = {"dpo": ("configs/dpo_tiny.yaml", args.sft, "SFT model", "SFT → DPO"),
             "orpo": ("configs/orpo_tiny.yaml", "tiny", "pretrained tiny", "tiny → ORPO")}
-    scores, seconds, columns, steps = {}, {}, {}, {}
+    scores, seconds, columns, steps, betas = {}, {}, {}, {}, {}
     for name in args.runs.split(","):
         config_file, start, before_name, after_name = runs[name]
         reference, tokenizer = tunix_lite.load(start)
@@ -88,22 +88,22 @@ def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
         print(json.dumps({f"{name}_before": scores[f"{name}_before"]}), flush=True)
         began = time.perf_counter()
         result = run_dpo(config)
-        seconds[name], steps[name] = time.perf_counter() - began, config.steps
+        seconds[name], steps[name], betas[name] = time.perf_counter() - began, config.steps, config.beta
         scores[f"{name}_after"] = heldout_report(result.model, reference, tokenizer, test, beta=config.beta)
         columns |= {before_name: scores[f"{name}_before"], after_name: scores[f"{name}_after"]}
         print(json.dumps({name: {"before": scores[f"{name}_before"], "after": scores[f"{name}_after"]}}), flush=True)
-        save(report(args, test, columns, scores, seconds, steps, settings), scores)
-    return report(args, test, columns, scores, seconds, steps, settings), scores
+        save(report(args, test, columns, scores, seconds, steps, betas, settings), scores)
+    return report(args, test, columns, scores, seconds, steps, betas, settings), scores
 
 
-def report(args, test, columns, scores, seconds, steps, settings) -> str:
+def report(args, test, columns, scores, seconds, steps, betas, settings) -> str:
     text = table(columns, n=len(test))
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
     reproduce = (f"Reproduce: `nice -n 10 python scripts/preference_results.py {shlex.join(sys.argv[1:])}` (after "
                  f"`tunix-lite train --config configs/sft_tiny.yaml`).")
     note = (f"{args.n_test} held-out {args.split} pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
             f"split=\"{args.split}\")`), rates with 95% Wilson intervals; implicit rewards against each run's "
-            f"starting model, β = 0.1"
+            f"starting model, β = {', '.join(f'{b} ({n.upper()})' for n, b in betas.items())}"
             f"{f'; overrides {settings}' if settings else ''}"
             f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")
     if "dpo_after" in scores:

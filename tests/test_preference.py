@@ -180,6 +180,8 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     DPOConfig(loss_type="kto", undesirable_weight=1.33).validate()
     with pytest.raises(ValueError, match="on_policy_rejected: builds pairs; KTO's unpaired examples"):
         DPOConfig(loss_type="kto", on_policy_rejected=True).validate()
+    with pytest.raises(ValueError, match=r"on_policy_domains: \['count'\] needs on_policy_rejected: true"):
+        DPOConfig(on_policy_domains=["count"]).validate()
     with pytest.raises(ValueError, match="loss_type: 'dpo' is not supported; choose one of 'sigmoid'"):
         DPOConfig.from_dict({"loss_type": "dpo"})
     path = tmp_path / "dpo.yaml"
@@ -205,6 +207,14 @@ def test_on_policy_pairs_reject_the_models_own_flawed_answers(monkeypatch):
     pairs, replaced = on_policy_pairs(model, tokenizer, rows)
     assert replaced == 2 and [p["rejected"] for p in pairs] == ["no tag", said[1], said[2], "no tag"]
     assert [p["chosen"] for p in pairs] == [r["chosen"] for r in rows]
+    # on_policy_domains: only those pairs are answered (the fixed answers go to them, in order); the rest keep theirs
+    for row, domain in zip(rows, ("count", "arithmetic", "count", "count")):
+        row["domain"] = domain
+    pairs, replaced = on_policy_pairs(model, tokenizer, rows, domains=["count"])
+    assert replaced == 2 and [p["rejected"] for p in pairs] == ["no tag", "no tag", said[1], said[2]]
+    with pytest.raises(ValueError, match=r"on_policy_domains: \['sort'\] matches no training pair; the pairs' "
+                                         r"domains are \['arithmetic', 'count'\]"):
+        on_policy_pairs(model, tokenizer, rows, domains=["sort"])
     with pytest.raises(ValueError, match="on_policy_rejected: needs records with a text prompt and an answer"):
         on_policy_pairs(model, tokenizer, [{k: v for k, v in r.items() if k != "answer"} for r in rows])
 

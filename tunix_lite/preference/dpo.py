@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +66,9 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
     undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
     on_policy_rejected: bool = option(False, "replace each training pair's rejected side by the starting model's own "
                                              "greedy answer where that answer is flawed (needs an answer column)")
+    on_policy_domains: list[str] | None = option(
+        None, "with on_policy_rejected: only pairs of these domains (a domain column) take the model's own answer; "
+              "the rest keep their own rejected side (null: every pair)")
     reference: Literal["precomputed", "online"] = option(
         "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
     n_accuracy: int = option(64, "validation prompts answered greedily for exact match and answer flaws (0: none; "
@@ -89,6 +92,9 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
                               f"loss_type {self.loss_type!r}; remove them or use loss_type: kto")
         if self.on_policy_rejected and self.loss_type == "kto":
             raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no rejected side")
+        if self.on_policy_domains is not None and not (self.on_policy_rejected and self.on_policy_domains):
+            raise ConfigError(f"on_policy_domains: {self.on_policy_domains} needs on_policy_rejected: true and at "
+                              "least one domain")
         if self.loss_type == "robust" and not self.label_smoothing:
             raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
 
@@ -237,13 +243,17 @@ def load_preferences(config: DPOConfig):
     return load_records(config.train_data), load_records(config.validation_data)
 
 
-def on_policy_pairs(model, tokenizer, records, *, template: str | None = None, max_new_tokens: int | None = None,
-                    batch_size: int = 64) -> tuple[list[dict], int]:
+def on_policy_pairs(model, tokenizer, records, *, domains: Sequence[str] | None = None, template: str | None = None,
+                    max_new_tokens: int | None = None, batch_size: int = 64) -> tuple[list[dict], int]:
     """Pairs whose rejected side is the model's own mistake: each record's prompt is answered greedily by `model`, and
     where that answer is flawed (a wrong, untagged or unclosed answer) it replaces the record's rejected completion;
     elsewhere the record keeps its own. On-policy negatives push down what the model actually says rather than a
     synthetic flaw it may never make (Tajwar et al. 2024, "Preference fine-tuning of LLMs should leverage suboptimal,
-    on-policy data"). records: {"prompt" (text), "chosen", "rejected", "answer"}. Returns (pairs, how many replaced)."""
+    on-policy data"). `domains`: only records of these domains are answered. Where the model only guesses (the tiny
+    model's arithmetic and sequences: pass@8 at chance), its own wrong answer differs from the chosen one in the
+    reasoning too, so the pair pushes down reasoning tokens at random; a synthetic flaw differs in the answer alone,
+    and DPO's shared-prefix terms cancel. records: {"prompt" (text), "chosen", "rejected", "answer"} (+ "domain").
+    Returns (pairs, how many replaced)."""
     from tunix_lite.evaluation import TaskEval
     from tunix_lite.preference.evaluation import answer_flaw
 
@@ -251,14 +261,20 @@ def on_policy_pairs(model, tokenizer, records, *, template: str | None = None, m
     if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
         raise ConfigError("on_policy_rejected: needs records with a text prompt and an answer column to judge the "
                           "model's answers (the synthetic pairs have them)")
-    task = TaskEval(model, tokenizer, [{"prompt": r["prompt"], "answer": r["answer"], "completion": r["chosen"]}
-                                       for r in rows], template=template, max_new_tokens=max_new_tokens,
-                    batch_size=min(batch_size, len(rows)))
-    pairs, replaced = [], 0
-    for row, text in zip(rows, task.completions(), strict=True):
-        own = bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct" and text != row["chosen"]
-        pairs.append(row | {"rejected": text} if own else row)
-        replaced += bool(own)
+    if domains is not None and "domain" not in rows[0]:
+        raise ConfigError("on_policy_domains: the pairs have no domain column; remove the key")
+    chosen = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
+    if not chosen:
+        raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the pairs' domains are "
+                          f"{sorted({r['domain'] for r in rows})}")
+    task = TaskEval(model, tokenizer, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"],
+                                        "completion": rows[i]["chosen"]} for i in chosen],
+                    template=template, max_new_tokens=max_new_tokens, batch_size=min(batch_size, len(chosen)))
+    pairs, replaced = list(rows), 0
+    for i, text in zip(chosen, task.completions(), strict=True):
+        row = rows[i]
+        if bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct" and text != row["chosen"]:
+            pairs[i], replaced = row | {"rejected": text}, replaced + 1
     return pairs, replaced
 
 
@@ -301,8 +317,8 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     train, validation = load_preferences(config)
     if config.on_policy_rejected:
         run.say(f"answering {len(train)} training prompts with the starting model (on-policy rejected answers)...")
-        train, replaced = on_policy_pairs(model, tokenizer, train, template=config.template,
-                                          max_new_tokens=config.max_new_tokens)
+        train, replaced = on_policy_pairs(model, tokenizer, train, domains=config.on_policy_domains,
+                                          template=config.template, max_new_tokens=config.max_new_tokens)
         run.say(f"{replaced} of {len(train)} pairs now reject the model's own flawed answer")
     synthetic = config.train_data == "synthetic"
     kto = config.loss_type == "kto"
