@@ -16,10 +16,11 @@ training (tunix_lite.sharding); the samples equal those drawn on one device.
 `set_training_options(compute_dtype=)` does (norms, attention softmax, logits and sampling stay float32). The copy
 is made on the first call after the weights change (one cast per training update, none per token), and its
 log-probs differ from float32's (RL recomputes old log-probs itself). Decode reads every weight once per token, so
-halving the bytes pays where matmuls run natively in bfloat16 (GPU, TPU). XLA:CPU (jax 0.10) does not: it upcasts
-bfloat16 matmuls to float32 through materialised float32 copies of the weights, hoisted out of the decode loop,
-so each call writes float32 copies of every matrix (the embedding twice): on Gemma 3 270M batch-1 decode ran 1.3x
-faster but prefill 6x slower, whole calls of 32 tokens 0.67x, and peak memory doubled (benchmarks, *_bf16 rows).
+halving the bytes should pay where matmuls run natively in bfloat16 (GPU, TPU; not measured here). XLA:CPU
+(jax 0.10) does not: it upcasts bfloat16 matmuls to float32 through materialised float32 copies of the weights,
+hoisted out of the decode loop, so each call writes float32 copies of every matrix (the embedding twice): on
+Gemma 3 270M, batch-1 decode ran 1.3x faster but prefill 6x slower, whole 32-token calls 0.67x, and peak memory
+doubled (benchmarks, the *_bf16 workloads).
 """
 
 from __future__ import annotations
