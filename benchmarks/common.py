@@ -97,6 +97,13 @@ WORKLOADS = {
     "rollout_group_tiny": dict(kind="rollout", shape="tiny", group=8, prompt=64, new_tokens=64, temperature=1.0),
     "rollout_group_gemma": dict(kind="rollout", shape="gemma3-270m", group=8, prompt=64, new_tokens=32,
                                 temperature=1.0),
+    # *_bf16 (issue 13): the same work sampled from a bfloat16 copy of the weights (tunix_lite's
+    # Sampler(weights_dtype="bfloat16"), matmuls in bfloat16, logits and sampling in float32), to set beside the
+    # float32 rows; tunix_lite only.
+    "generate_gemma_bf16": dict(kind="generate", shape="gemma3-270m", batch=1, prompt=64, new_tokens=32,
+                                weights_dtype="bfloat16"),
+    "rollout_group_gemma_bf16": dict(kind="rollout", shape="gemma3-270m", group=8, prompt=64, new_tokens=32,
+                                     temperature=1.0, weights_dtype="bfloat16"),
 }
 TRAINING_KINDS = ("sft", "dpo", "orpo", "grpo", "distill")
 # Timed steps and warm-up calls per measurement. A Gemma 3 270M training step or group rollout takes seconds

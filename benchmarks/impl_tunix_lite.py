@@ -18,6 +18,9 @@ row makes exactly `new_tokens`) on random prompt ids (seed 0, `prompt` tokens, n
 counts generated tokens per second of a whole generate call (prefill included); the extra fields
 `prefill_tokens_per_s` (prompt tokens / a 1-token generate call) and `decode_tokens_per_s`
 (batch * (new_tokens - 1) / (full call - 1-token call)) split it, the convention every side follows.
+Rollout-group workloads (rollout_group_*): the same runner with one prompt and `num_samples=group` at temperature
+1.0, so the group shares one prefill and its KV prefix (rows = group). A workload's `weights_dtype` goes to the
+Sampler (the *_bf16 workloads: a bfloat16 copy of the weights, computing in bfloat16).
 """
 
 from __future__ import annotations
@@ -234,24 +237,37 @@ def run_distill(name: str, w: dict, steps: int, warmup: int) -> dict:
 
 
 def run_generate(name: str, w: dict, steps: int, warmup: int) -> dict:
+    """generate_*: `batch` prompts, greedy. rollout_group_*: one prompt, `group` samples at `temperature` from one
+    shared prefill (`num_samples`), seed 0. Both: stop_ids=[-1], so every row makes exactly `new_tokens`; the
+    workload's `weights_dtype` (if any) is the Sampler's."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
-    from flax import nnx
 
     from tunix_lite.sampler import Sampler
 
     model, tokenizer = build_model(w["shape"])
-    sampler = Sampler(model, tokenizer, stop_ids=[-1])
-    B, P, N = w["batch"], w["prompt"], w["new_tokens"]
-    prompts = np.random.default_rng(0).integers(3, model.config.vocab_size, (B, P)).tolist()
+    sampler = Sampler(model, tokenizer, stop_ids=[-1], weights_dtype=w.get("weights_dtype"))
+    grouped = w["kind"] == "rollout"
+    prompts, B = (1, w["group"]) if grouped else (w["batch"], w["batch"])  # prompts prefilled, rows decoded
+    P, N = w["prompt"], w["new_tokens"]
+    how = dict(num_samples=B, temperature=w["temperature"]) if grouped else {}
+    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (prompts, P)).tolist()
+    outputs = []
     with RssSampler() as rss:
-        first, times = common.time_steps(lambda: sampler.generate(prompts, N), steps, warmup)
-        _, prefill_times = common.time_steps(lambda: sampler.generate(prompts, 1), steps, warmup)
+        first, times = common.time_steps(lambda: outputs.append(sampler.generate(ids, N, **how)), steps, warmup)
+        _, prefill_times = common.time_steps(lambda: sampler.generate(ids, 1, **how), steps, warmup)
     total, prefill = np.median(times), np.median(prefill_times)
-    weight_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert (outputs[-1].lengths == N).all(), outputs[-1].lengths
+    weights = jax.tree.leaves(sampler.weights()[1])  # what a decode step reads: the float32 or bfloat16 copy
+    weight_bytes = sum(x.nbytes for x in weights if jnp.issubdtype(x.dtype, jnp.floating))
+    extra = dict(distinct_rows=len({tuple(row) for row in outputs[-1].tokens.tolist()}), prefilled_prompts=prompts,
+                 temperature=w["temperature"], num_samples=B) if grouped else {}
+    # prefill tokens/s counts every row's prompt (B * P), as the peers' rows do, although a group prefills once
     return common.result(IMPL, name, step_times=times, tokens_per_step=B * N, first_step_s=first,
                          steps_peak_mb=rss.peak, prefill_tokens_per_s=B * P / prefill,
-                         decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9), weight_bytes=weight_bytes)
+                         decode_tokens_per_s=B * (N - 1) / max(total - prefill, 1e-9), weight_bytes=weight_bytes,
+                         weights_dtype=w.get("weights_dtype", "float32"), **extra)
 
 
 class IdsOnly:
@@ -318,8 +334,8 @@ def run_grpo(name: str, w: dict, steps: int, warmup: int) -> dict:
 def main():
     args = common.impl_args(__doc__)
     w = common.WORKLOADS[args.workload]
-    runners = dict(sft=run_train, generate=run_generate, dpo=run_preference, orpo=run_preference, distill=run_distill,
-                   grpo=run_grpo)
+    runners = dict(sft=run_train, generate=run_generate, rollout=run_generate, dpo=run_preference,
+                   orpo=run_preference, distill=run_distill, grpo=run_grpo)
     if w["kind"] not in runners:
         print(f"tunix_lite: workload {args.workload} ({w['kind']}) not implemented yet", file=sys.stderr)
         sys.exit(common.NOT_APPLICABLE)

@@ -145,9 +145,11 @@ def test_rollouts_and_steps_compile_once_across_prompt_lengths(tokenizer, record
     policy = small_policy(tokenizer)
     prompts = Prompts.from_config(config, records, tokenizer)
     assert len({len(ids) for ids in prompts.ids}) > 3  # the prompts really differ in length
-    stream = RolloutStream(config, policy, SamplerEngine(policy, tokenizer, prompt_len=prompts.length), prompts,
-                           Rewards({"parity": first_token_parity}), grpo_rows(config, policy, padding_id(tokenizer)),
-                           dynamic_sampling=dynamic, max_refills=config.max_refills)
+    # dynamic sampling also samples from a bfloat16 copy, remade after every update without recompiling
+    engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length, weights_dtype="bfloat16" if dynamic else None)
+    stream = RolloutStream(config, policy, engine, prompts, Rewards({"parity": first_token_parity}),
+                           grpo_rows(config, policy, padding_id(tokenizer)), dynamic_sampling=dynamic,
+                           max_refills=config.max_refills)
     trainer = Trainer(policy, optax.adam(1e-3), loss_from_config(config),
                       frozen=reference_policy(policy, lora=False))
     with jax.log_compiles(), caplog.at_level(logging.WARNING):
@@ -161,6 +163,7 @@ def test_rollouts_and_steps_compile_once_across_prompt_lengths(tokenizer, record
     assert history[3]["reward"] != history[4]["reward"] or history[3]["length"] != history[4]["length"]
     if dynamic:
         assert all(h["kept_groups"] > 0 for h in history) and any(h["zero_signal_groups"] > 0 for h in history)
+        assert engine.sampler.casts == 3  # one per rollout: refills between two updates reuse the copy
 
 
 def test_dynamic_sampling_keeps_only_informative_groups(tokenizer, records):
@@ -187,6 +190,8 @@ def test_cli_reports_bad_rl_configs_in_one_line(tmp_path, capsys):
         ("algorithm: grpo\ninner_iterations: 2\ncheckpoint_every: 3\n", "checkpoint_every: 3 is not a multiple"),
         ("algorithm: ppo\nlam: 1.5\n", "lam: must be <= 1, got 1.5"),
         ("algorithm: grpo\naggregation: sum\n", "aggregation: 'sum' is not supported; choose one of 'token-mean'"),
+        ("algorithm: ppo\nrollout_dtype: float16\n", "rollout_dtype: 'float16' is not supported; choose one of "
+                                                      "'float32', 'bfloat16'"),
     ]:
         path.write_text(text)
         assert main(["train", "--config", str(path)]) == 2
@@ -204,7 +209,8 @@ RUN = dict(model="tiny", n_train=32, n_validation=8, n_accuracy=8, seq_len=120, 
 def test_cli_rl_writes_curves_and_resumes(tmp_path, capsys, algorithm):
     out = tmp_path / "run"
     path = tmp_path / "rl.yaml"
-    path.write_text(yaml.safe_dump(RUN | {"algorithm": algorithm, "output_dir": str(out)}))
+    dtype = "bfloat16" if algorithm == "ppo" else "float32"  # the rollout_dtype key, end to end
+    path.write_text(yaml.safe_dump(RUN | {"algorithm": algorithm, "output_dir": str(out), "rollout_dtype": dtype}))
     assert main(["train", "--config", str(path), "--steps", "2"]) == 0
     lines = [yaml.safe_load(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]

@@ -43,6 +43,9 @@ NOT_SUPPORTED = {
     "gemma_full": "not set up for google-tunix",
     "distill_cached": "tunix's DistillationTrainer runs the teacher inside every training step "
                       "(_prepare_inputs -> strategy.get_teacher_outputs); it has no cached-teacher input",
+    "generate_gemma_bf16": "the bfloat16-weights variant measures tunix_lite's sampling option; see generate_gemma",
+    "rollout_group_gemma_bf16": "the bfloat16-weights variant measures tunix_lite's sampling option; see "
+                                "rollout_group_gemma",
 }
 
 

@@ -31,7 +31,8 @@ chips time-shared. What changes, and what an implementation of this interface ha
   layout: `jax.device_put(state, rollout_shardings)` between two meshes of one JAX program (what google-tunix's
   `rl/reshard.py` does for its vanilla and SGLang-JAX rollouts), or, for vLLM in another process, a copy through
   host memory or a collective into its `load_weights`. With LoRA only the adapters move (kilobytes to
-  megabytes) and the engine keeps the base. Cast to the engine's dtype here, once per update, not per call.
+  megabytes) and the engine keeps the base. Cast to the engine's dtype here, once per update, not per call
+  (the built-in engine's `weights_dtype="bfloat16"` casts on the first call after an update).
 - The sampled tokens are then off-policy by the staleness of the engine's weights: zero steps when syncing after
   every update (what `SamplerEngine` gives), one or more when rollout and training overlap asynchronously.
 
@@ -64,13 +65,15 @@ class RolloutEngine(Protocol):
 class SamplerEngine:
     """The built-in engine: the KV-cache sampler, prompts left-padded to `prompt_len`, on the trainer's own model
     (mesh None) or on a copy of it on `mesh`, kept in step by sending the `wrt` variables at each `sync_weights`
-    (`self.weights.last`: what the last sync moved)."""
+    (`self.weights.last`: what the last sync moved). weights_dtype: "float32" (or None) samples the weights as they
+    are; "bfloat16" samples a bfloat16 copy, remade after each update (`Sampler`'s weights_dtype)."""
 
     def __init__(self, model: nnx.Module, tokenizer, *, prompt_len: int, mesh: jax.sharding.Mesh | None = None,
-                 wrt=nnx.Param):
+                 wrt=nnx.Param, weights_dtype: str | None = None):
         self.model = model
         self.weights = WeightSync(model, mesh, wrt=wrt)  # colocated: .model is `model` itself and nothing moves
-        self.sampler = Sampler(self.weights.model, tokenizer, bucket=prompt_len, mesh=mesh)
+        self.sampler = Sampler(self.weights.model, tokenizer, bucket=prompt_len, mesh=mesh,
+                               weights_dtype=None if weights_dtype == "float32" else weights_dtype)
 
     def generate(self, prompts, *, max_new_tokens, num_samples, temperature=1.0, top_k=None, top_p=None,
                  seed=0, max_total_tokens=None) -> GenerateOutput:

@@ -20,6 +20,9 @@ How this departs from GRPO as published (DeepSeekMath, arXiv 2402.03300), each a
   (DAPO) adds a length penalty in tokens.
 - KL: the published k3 estimator by default, k1 optional; beta = 0 builds no reference model at all.
 - Outcome rewards only (one number per completion), no process supervision; no iterative reward-model retraining.
+- `rollout_dtype: bfloat16` samples from a bfloat16 copy of the policy; pi_old in the ratio is still the trained
+  model's own float log-probs (recomputed, never the sampler's), so the samples are slightly off-policy, as with
+  any bfloat16 inference engine.
 - With one optimizer step per rollout (the default), old log-probs are the current ones under stop_gradient: the
   ratio is exactly 1 and the clip never acts; it matters with inner_iterations or mini_batches > 1.
 """
@@ -174,7 +177,7 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
     rewards = rewards or config.reward_functions()
     frozen = reference_policy(model, bool(config.lora_rank)) if config.beta else None
     engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length, mesh=rollout_mesh,
-                           wrt=trained_variables(config))
+                           wrt=trained_variables(config), weights_dtype=config.rollout_dtype)
     stream = RolloutStream(config, model, engine, prompts, rewards, grpo_rows(config, model, padding_id(tokenizer)),
                            dynamic_sampling=config.dynamic_sampling, max_refills=config.max_refills)
     report = (f"{len(prompts)} prompts (left-padded to {prompts.length} tokens) x {config.group_size} completions "

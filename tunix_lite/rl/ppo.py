@@ -140,8 +140,8 @@ def run_ppo(config: PPOConfig, *, rewards=None, verbose: bool = True) -> RunResu
     prompts = Prompts.from_config(config, train, tokenizer)
     rewards = rewards or config.reward_functions()
     frozen = reference_policy(policy, bool(config.lora_rank)) if config.beta else None
-    stream = RolloutStream(config, policy, SamplerEngine(policy, tokenizer, prompt_len=prompts.length), prompts,
-                           rewards, ppo_rows(config, critic, padding_id(tokenizer)))
+    engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length, weights_dtype=config.rollout_dtype)
+    stream = RolloutStream(config, policy, engine, prompts, rewards, ppo_rows(config, critic, padding_id(tokenizer)))
     wrt = nnx.Any(nnx.LoRAParam, nnx.PathContains("head")) if config.lora_rank else nnx.Param
     loss = functools.partial(ppo_loss, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
                              beta=config.beta, kl_estimator=config.kl_estimator, value_clip=config.value_clip,

@@ -41,6 +41,10 @@ class RLOptions:
     temperature: float = option(1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
     top_k: int | None = option(None, "sample from the k most likely tokens only (null: all)", ge=1)
     top_p: float | None = option(None, "nucleus sampling mass (null: off)", gt=0, le=1)
+    rollout_dtype: Literal["float32", "bfloat16"] = option(
+        "float32", "weights and matmuls of the rollout sampler: bfloat16 samples from a copy cast once per update "
+                   "(half the bytes per token on GPU/TPU; slower on XLA:CPU, see tunix_lite.sampler); the loss and "
+                   "old log-probs are computed by the trained model")
     rewards: list[str] = option(["exact_match", "format"], "reward functions by name (tunix_lite.rl.rewards), or "
                                                            "reward_model:PATH for a trained reward model")
     reward_weights: list[float] | None = option(None, "one weight per reward (null: 1.0 each)")
