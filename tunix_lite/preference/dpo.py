@@ -263,15 +263,15 @@ def on_policy_pairs(model, tokenizer, records, *, domains: Sequence[str] | None 
                           "model's answers (the synthetic pairs have them)")
     if domains is not None and "domain" not in rows[0]:
         raise ConfigError("on_policy_domains: the pairs have no domain column; remove the key")
-    chosen = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
-    if not chosen:
+    answered = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
+    if not answered:
         raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the pairs' domains are "
                           f"{sorted({r['domain'] for r in rows})}")
     task = TaskEval(model, tokenizer, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"],
-                                        "completion": rows[i]["chosen"]} for i in chosen],
-                    template=template, max_new_tokens=max_new_tokens, batch_size=min(batch_size, len(chosen)))
+                                        "completion": rows[i]["chosen"]} for i in answered],
+                    template=template, max_new_tokens=max_new_tokens, batch_size=min(batch_size, len(answered)))
     pairs, replaced = list(rows), 0
-    for i, text in zip(chosen, task.completions(), strict=True):
+    for i, text in zip(answered, task.completions(), strict=True):
         row = rows[i]
         if bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct" and text != row["chosen"]:
             pairs[i], replaced = row | {"rejected": text}, replaced + 1
