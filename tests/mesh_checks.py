@@ -307,7 +307,7 @@ def check_rollouts():
     with sharding.use_mesh(rollout_mesh):  # the KV cache layout the sampler pins on the rollout mesh
         from tunix_lite.models.transformer import KVCache
 
-        cache = jax.jit(lambda: jax.tree.map(lambda x: sharding.constrain(x, sharding.ACT_BTKH),
+        cache = jax.jit(lambda: jax.tree.map(lambda x: sharding.constrain(x, sharding.CACHE_BKSH),
                                              KVCache.init(CONFIG, 4, 8).k))()
         cache_spec = str(cache[0].sharding.spec)
     ref = outputs["one_device"]

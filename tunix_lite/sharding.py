@@ -51,7 +51,8 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
 # Activation layouts at block boundaries, as Flax's Gemma example names them (act_btd, ...).
 ACT_BTD = ("batch", "sequence", "act_embed")  # the residual stream [B, T, D]
 ACT_BTNH = ("batch", "sequence", "heads", None)  # queries [B, T, N, H]
-ACT_BTKH = ("batch", "sequence", "kv_heads", None)  # keys, values and the KV cache [B, T|S, K, H]
+ACT_BTKH = ("batch", "sequence", "kv_heads", None)  # keys and values [B, T, K, H]
+CACHE_BKSH = ("batch", "kv_heads", "sequence", None)  # the KV cache [B, K, S, H]
 
 # Strategy presets: which mesh axes get the devices. tensor=None in fsdp_tp: 2, or 4 from 32 devices up.
 STRATEGIES = {

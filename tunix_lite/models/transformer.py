@@ -90,7 +90,12 @@ def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | 
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
-    """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H].
+    """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H]."""
+    return kv_major_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask, scale)
+
+
+def kv_major_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """`attention` with k/v laid out [B,K,S,H], the KV cache's layout, so decoding reads the cache as it is.
 
     Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated:
     a kv head's G query heads are stacked into one [G*T, H] block, so both products are plain batched
@@ -98,10 +103,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: 
     made XLA:CPU transpose around every product, 1.7x slower forward and backward on the benchmark shape.
     """
     B, T, N, H = q.shape
-    K = k.shape[2]
+    K = k.shape[1]
     G = N // K
     q = q.reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, H)  # row g*T + t
-    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, H]
     scores = jnp.einsum("bkqh,bksh->bkqs", q, k, preferred_element_type=jnp.float32) * scale
     scores = jnp.where(jnp.tile(mask, (1, G, 1))[:, None], scores, _MASKED)  # [B, K, G*T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
@@ -127,14 +131,14 @@ class KVCache(NamedTuple):
     step j; `positions` [B, S] is its position (-1: empty or padding). `end` is the next free slot,
     shared by all rows because prompts are left-padded to a common length."""
 
-    k: tuple[jax.Array, ...]  # per layer [B, S, K, H]
+    k: tuple[jax.Array, ...]  # per layer [B, K, S, H]: kv-head major, as attention's matmuls read it
     v: tuple[jax.Array, ...]
     positions: jax.Array  # [B, S] int32
     end: jax.Array  # int32 scalar
 
     @classmethod
     def init(cls, config: ModelConfig, batch: int, size: int) -> "KVCache":
-        shape = (batch, size, config.num_kv_heads, config.head_dim)
+        shape = (batch, config.num_kv_heads, size, config.head_dim)
         zeros = tuple(jnp.zeros(shape, config.dtype) for _ in range(config.num_layers))
         return cls(zeros, zeros, jnp.full((batch, size), -1, jnp.int32), jnp.zeros((), jnp.int32))
 
@@ -198,20 +202,23 @@ class Attention(nnx.Module):
         return apply_rope(q, positions, base, scaling), apply_rope(k, positions, base, scaling), v
 
     def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None, cache_end=None):
-        """x [B,T,D], positions [B,T]. With kv_cache=(k [B,S,K,H], v) the new keys are written at
+        """x [B,T,D], positions [B,T]. With kv_cache=(k [B,K,S,H], v) the new keys are written at
         slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
         c = self.config
         B, T, _ = x.shape
         q, k, v = self.project(x, positions)
-        if kv_cache is None:
-            k_pos, k_seg = positions, segment_ids
-        else:
-            k = jax.lax.dynamic_update_slice(kv_cache[0], k.astype(kv_cache[0].dtype), (0, cache_end, 0, 0))
-            v = jax.lax.dynamic_update_slice(kv_cache[1], v.astype(kv_cache[1].dtype), (0, cache_end, 0, 0))
-            k_pos, k_seg = cache_positions, None
         window = None if self.is_global else c.sliding_window
-        mask = attention_mask(positions, k_pos, sliding_window=window, q_segment=segment_ids, k_segment=k_seg)
-        out = attention(q, k, v, mask, c.attn_scale)
+        if kv_cache is None:
+            mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
+                                  k_segment=segment_ids)
+            out = attention(q, k, v, mask, c.attn_scale)
+        else:
+            # The cache is stored [B,K,S,H]: the T new entries are transposed once, never the cache (decoding
+            # a [B,S,K,H] cache copied the whole of it into this layout at every layer of every step).
+            k, v = (jax.lax.dynamic_update_slice(cache, new.swapaxes(1, 2).astype(cache.dtype), (0, 0, cache_end, 0))
+                    for cache, new in zip(kv_cache, (k, v)))
+            mask = attention_mask(positions, cache_positions, sliding_window=window)
+            out = kv_major_attention(q, k, v, mask, c.attn_scale)
         return self.o_proj(out.reshape(B * T, c.num_heads * c.head_dim)).reshape(B, T, -1), (k, v)
 
     def weights(self, x, positions, *, segment_ids=None) -> jax.Array:
