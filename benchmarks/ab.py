@@ -54,7 +54,7 @@ def main() -> None:
             continue
         tps = [r["tokens_per_s"] for r in ok]
         print(f"{workload:12s} {name:6s} tokens/s median {statistics.median(tps):8.1f} (min {min(tps):.1f} max "
-              f"{max(tps):.1f}), peak MB {max(r['steps_peak_mb'] for r in ok):.0f}, final loss {ok[-1]['final_loss']}")
+              f"{max(tps):.1f}), peak MB {max(r['steps_peak_mb'] for r in ok):.0f}, final loss {ok[-1].get('final_loss', '-')}")
 
 
 if __name__ == "__main__":
