@@ -38,7 +38,8 @@ class TaskEval:
         missing = [k for k in ("prompt", "answer") if k not in records[0]]
         if missing:
             raise ValueError(f"evaluation records need {missing} (columns: {sorted(records[0])})")
-        self.records, self.batch_size = list(records), batch_size
+        # no batch larger than the records: padding 8 prompts to 32 rows decoded 4x the rows that count
+        self.records, self.batch_size = list(records), min(batch_size, len(records))
         if max_new_tokens is None:
             if "completion" not in self.records[0]:
                 raise ValueError("TaskEval: records without a 'completion' column need max_new_tokens")

@@ -142,6 +142,7 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
 
     start = time.perf_counter()
     records = list(records)
+    batch_size = min(batch_size, len(records))  # as TaskEval: no padded rows beyond the records
     ks = sorted(k for k in set(scaling) | {1, samples} if k <= samples)
     greedy = TaskEval(model, tokenizer, records, template=template, max_new_tokens=max_new_tokens,
                       batch_size=batch_size)
