@@ -135,7 +135,7 @@ def gemma(args) -> tuple[str, dict]:
     test_batches = PreferenceBatches(test_data, config.batch_size, shuffle=False, extras={
         "ref_logps": reference_log_probs(reference, test_data, config.batch_size)}).epoch(0)
     reference_seconds = time.perf_counter() - began
-    loss_fn = PreferenceLoss.from_config(config, max(train_data.longest_completion, test_data.longest_completion))
+    loss_fn = PreferenceLoss.from_config(config, train_data, test_data)
     before = evaluate(model, loss_fn, test_batches)
     trainer = Trainer(model, adamw_cosine(config.learning_rate, config.steps, warmup_steps=config.warmup_steps),
                       loss_fn, wrt=trained_variables(config))

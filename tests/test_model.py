@@ -95,6 +95,11 @@ def test_attention_mask_causal_window_padding_segments():
     pos = jnp.array([[0, 1, 2, 0, 1]])
     packed = np.asarray(T.attention_mask(pos, pos, q_segment=seg, k_segment=seg))[0]
     assert packed[3, :3].sum() == 0 and packed[4, 3:].all()
+    seg = jnp.array([[T.SHARED_PREFIX, T.SHARED_PREFIX, 1, 1, 2]])  # a prompt, then two continuations of it
+    pos = jnp.array([[0, 1, 2, 3, 2]])
+    shared = np.asarray(T.attention_mask(pos, pos, q_segment=seg, k_segment=seg))[0]
+    np.testing.assert_array_equal(shared[4], [1, 1, 0, 0, 1])  # the second continuation skips the first
+    assert shared[:2, 2:].sum() == 0 and shared[3, :4].all()
 
 
 def test_gqa_equals_repeated_kv_multihead():

@@ -16,14 +16,16 @@ import optax
 import pytest
 import yaml
 from flax import nnx
+from test_model import small_config
 
 from tunix_lite.cli import main
 from tunix_lite.data.sft import SFTData, TruncationReport
 from tunix_lite.lora import apply_lora, without_adapters
 from tunix_lite.preference.data import PreferenceBatches, PreferenceData
+from tunix_lite.models import Transformer
 from tunix_lite.preference.dpo import (DPOConfig, PreferenceLoss, completion_sums, reference_log_probs,
-                                       reference_model)
-from tunix_lite.training.trainer import Trainer, evaluate
+                                       reference_model, scoring)
+from tunix_lite.training.trainer import Trainer, evaluate, pad_batch
 
 T, VOCAB = 16, 97
 
@@ -134,6 +136,38 @@ def test_the_completion_window_scores_exactly_the_full_rows():
     batch["ref_logps"] = np.asarray(full[0]) - 0.5
     assert_same_update(sgd_update(PreferenceLoss("sigmoid", completion_window=data.longest_completion), batch),
                        sgd_update(PreferenceLoss("sigmoid"), batch))
+
+
+def test_a_shared_prompt_scores_and_trains_as_the_separate_rows():
+    """Each pair's prompt run once (prompt + chosen, the rejected completion appended as its own segment) gives the
+    separate rows' log-probs, loss and gradient, on a transformer whose layers attend within a sliding window of 4
+    or globally; a padded pair scores 0. Data whose two rows differ before their completions is not shared."""
+    data = random_pairs(5, seed=11)
+    assert data.prompts_shared
+    batch = pad_batch(PreferenceBatches(data, 5, shuffle=False).epoch(0)[0], 6)
+    model = Transformer(small_config(vocab_size=VOCAB), rngs=nnx.Rngs(0))
+    window = data.longest_completion
+    separate, shared = (nnx.jit(partial(completion_sums, window=window, shared_prompt=s))(model, batch)
+                        for s in (False, True))
+    np.testing.assert_allclose(shared[0], separate[0], rtol=1e-5)
+    assert np.all(np.asarray(shared[0])[5] == 0) and np.all(np.asarray(shared[0])[:5] < 0)
+    batch["ref_logps"] = np.asarray(separate[0]) - 0.5
+
+    def loss_and_grad(shared_prompt):
+        loss_fn = PreferenceLoss("sigmoid", completion_window=window, shared_prompt=shared_prompt)
+        loss, grads = nnx.jit(nnx.value_and_grad(lambda m: loss_fn(m, batch)[0]))(model)
+        return loss, jax.tree.leaves(grads)
+
+    (loss_a, grads_a), (loss_b, grads_b) = loss_and_grad(False), loss_and_grad(True)
+    assert loss_b == pytest.approx(float(loss_a), rel=1e-5)
+    for a, b in zip(grads_a, grads_b):
+        np.testing.assert_allclose(b, a, atol=1e-5 * float(np.abs(a).max()) + 1e-9)
+
+    ids, masks = list(data.sequences.ids), list(data.sequences.mask)
+    ids[1] = ids[1].copy()
+    ids[1][int(np.argmax(masks[1] > 0)) - 1] += 1  # the rejected row's last prompt token differs
+    assert not PreferenceData(SFTData(ids, masks, T, 0, data.report)).prompts_shared
+    assert scoring(data) == {"completion_window": window, "shared_prompt": True}
 
 
 def test_lora_reference_is_the_base_view():

@@ -30,6 +30,8 @@ from tunix_lite.sharding import ACT_BTD, ACT_BTKH, ACT_BTNH, constrain
 
 # A finite "minus infinity": a fully masked row (a padding query) softmaxes to uniform, not NaN.
 _MASKED = -2.3819763e38
+# The segment id of a prefix that every segment of its row attends to (see attention_mask).
+SHARED_PREFIX = -1
 
 
 # ----------------------------------------------------------------------------- pure functions
@@ -79,13 +81,17 @@ def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0,
 
 def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | None = None,
                    q_segment: jax.Array | None = None, k_segment: jax.Array | None = None) -> jax.Array:
-    """bool [B, T, S]: query t may attend key s (causal, key present, within the window, same segment)."""
+    """bool [B, T, S]: query t may attend key s (causal, key present, within the window, same segment).
+
+    Keys of segment SHARED_PREFIX (-1) are seen by every segment of their row: a prompt that two completions packed
+    into one row both continue (`tunix_lite.preference.dpo.shared_prompt_features`)."""
     q, k = q_pos[:, :, None], k_pos[:, None, :]
     mask = (k >= 0) & (k <= q)
     if sliding_window is not None:
         mask &= q - k < sliding_window
     if q_segment is not None:
-        mask &= q_segment[:, :, None] == k_segment[:, None, :]
+        k_segment = k_segment[:, None, :]
+        mask &= (q_segment[:, :, None] == k_segment) | (k_segment == SHARED_PREFIX)
     return mask
 
 

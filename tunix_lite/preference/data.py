@@ -21,6 +21,7 @@ its row and column, before anything reaches jit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -52,8 +53,22 @@ class PreferenceData:
 
     @property
     def longest_completion(self) -> int:
-        """The most completion targets of any sequence: the window `completion_sums` scores."""
-        return int(max(mask.sum() for mask in self.sequences.mask))
+        """The longest completion of any sequence, from its first trained token to its last: the window
+        `completion_sums` scores."""
+        return int(max(len(mask) - np.argmax(mask[::-1] > 0) - np.argmax(mask > 0) for mask in self.sequences.mask))
+
+    @functools.cached_property
+    def prompts_shared(self) -> bool:
+        """Whether every example's two sequences are one prompt and two completions: the same tokens up to the first
+        trained one, where both start. Then the prompt can run through the model once for both
+        (`completion_sums(..., shared_prompt=True)`); it holds for every example `tokenize_pairs` and
+        `tokenize_unpaired` make."""
+        ids, masks = self.sequences.ids, self.sequences.mask
+        for i in range(0, len(ids), 2):
+            first = np.argmax(masks[i] > 0)
+            if np.argmax(masks[i + 1] > 0) != first or not np.array_equal(ids[i][:first], ids[i + 1][:first]):
+                return False
+        return True
 
 
 def tokenize_pairs(records, tokenizer, *, seq_len: int, template: str | None = None, truncation: Truncation = "error",

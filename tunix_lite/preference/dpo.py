@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tunix_lite.models.transformer import SHARED_PREFIX
 from tunix_lite.preference import losses
 from tunix_lite.preference.data import PreferenceBatches, PreferenceData, tokenize_pairs, tokenize_unpaired
 from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
@@ -116,12 +117,14 @@ class PreferenceLoss:
     nll_weight: float = 0.0
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0
-    completion_window: int | None = None  # see completion_sums: the most completion targets any row has
+    completion_window: int | None = None  # see completion_sums: the longest completion of any row
+    shared_prompt: bool = False  # see completion_sums: each pair's prompt runs once (PreferenceData.prompts_shared)
 
     @classmethod
-    def from_config(cls, config: DPOConfig, completion_window: int | None = None) -> PreferenceLoss:
-        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if f.name != "completion_window"}
-        return cls(**settings, completion_window=completion_window)
+    def from_config(cls, config: DPOConfig, *data: PreferenceData) -> PreferenceLoss:
+        """The loss `config` names, scoring the rows of every one of `data` (PreferenceData.scoring)."""
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
+        return cls(**settings, **scoring(*data))
 
     @property
     def normalize(self) -> bool:
@@ -132,13 +135,14 @@ class PreferenceLoss:
         return self.loss_type not in losses.REFERENCE_FREE
 
     def __call__(self, model, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
-        sums, counts = completion_sums(model, batch, self.completion_window)  # [B, 2] each
+        sums, counts = completion_sums(model, batch, self.completion_window, self.shared_prompt)  # [B, 2] each
         ref_sums = None
         if self.uses_reference:
             if "ref_logps" in batch:
                 ref_sums = batch["ref_logps"]
             elif frozen is not None:
-                ref_sums = jax.lax.stop_gradient(completion_sums(frozen, batch, self.completion_window)[0])
+                ref_sums = jax.lax.stop_gradient(
+                    completion_sums(frozen, batch, self.completion_window, self.shared_prompt)[0])
             else:
                 raise ValueError(f"the {self.loss_type} loss needs the reference: a 'ref_logps' batch entry or `frozen`")
         return self.loss_from_sums(sums, counts, ref_sums, batch.get("label"))
@@ -174,39 +178,90 @@ class PreferenceLoss:
         return loss, metrics
 
 
-def completion_sums(model, batch: dict, window: int | None = None) -> tuple[jax.Array, jax.Array]:
-    """(summed completion log-probs, completion token counts), each [B, 2], of rows [B, 2, T]: the 2B sequences run
-    through the model as one [2B, T] batch.
+def scoring(*data: PreferenceData) -> dict:
+    """`completion_sums`'s window and shared_prompt for rows of all of `data`: the longest completion, and whether
+    every example's prompt can run once for both of its rows."""
+    return {"completion_window": max(d.longest_completion for d in data),
+            "shared_prompt": all(d.prompts_shared for d in data)}
 
-    window: the most completion targets any row has (`PreferenceData.longest_completion`). The lm head then runs on
+
+def completion_sums(model, batch: dict, window: int | None = None,
+                    shared_prompt: bool = False) -> tuple[jax.Array, jax.Array]:
+    """(summed completion log-probs, completion token counts), each [B, 2], of rows [B, 2, T]: the 2B sequences run
+    through the model as one [2B, T] batch, or with `shared_prompt` as B rows of the prompt and both completions.
+
+    window: the longest completion any row has (`PreferenceData.longest_completion`). The lm head then runs on
     the `window` positions from each row's first completion target instead of on all T: the prompt's positions need
     no logits (about half the lm head's work for DPO-shaped data, most of it for a 262k vocabulary). A row with a
-    longer completion would lose its last tokens: pass a window that covers the data, or None for all T."""
+    longer completion would lose its last tokens: pass a window that covers the data, or None for all T.
+    shared_prompt (needs a window; only for data whose `prompts_shared` holds): see `shared_prompt_features`."""
     B, _, T = batch["inputs"].shape
-    flat = {key: batch[key].reshape(2 * B, T) for key in SEQUENCE_KEYS if key in batch}
-    features = model.features(flat["inputs"], flat["positions"], segment_ids=flat.get("segment_ids"))  # [2B, T, D]
-    targets, weights = flat["targets"], flat["weights"]
-    if window is not None and window < T:
-        start = jnp.minimum(jnp.argmax(weights > 0, axis=-1), T - window)  # each row's first completion target
-        keep = start[:, None] + jnp.arange(window)  # [2B, window]
-        features = jnp.take_along_axis(features, keep[..., None], axis=1)
-        targets, weights = (jnp.take_along_axis(x, keep, axis=1) for x in (targets, weights))
+    if shared_prompt and window is not None:
+        features, targets, weights = shared_prompt_features(model, batch, window)
+    else:
+        flat = {key: batch[key].reshape(2 * B, T) for key in SEQUENCE_KEYS if key in batch}
+        features = model.features(flat["inputs"], flat["positions"], segment_ids=flat.get("segment_ids"))  # [2B,T,D]
+        targets, weights = flat["targets"], flat["weights"]
+        if window is not None and window < T:
+            start = jnp.minimum(jnp.argmax(weights > 0, axis=-1), T - window)  # each row's first completion target
+            keep = start[:, None] + jnp.arange(window)  # [2B, window]
+            features = jnp.take_along_axis(features, keep[..., None], axis=1)
+            targets, weights = (jnp.take_along_axis(x, keep, axis=1) for x in (targets, weights))
     token_log_probs = feature_log_probs(model, features, targets)
     return (losses.completion_log_probs(token_log_probs, weights).reshape(B, 2),
             jnp.sum(batch["weights"], axis=-1))
 
 
-@partial(nnx.jit, static_argnames="window")
-def _reference_sums(model, batch, window):
-    return completion_sums(model, batch, window)[0]
+def shared_prompt_features(model, batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(features [2B, W, D], targets [2B, W], weights [2B, W]) of each row's completion window, W = window, with
+    each pair's prompt run through the model once instead of twice.
+
+    Both rows of a pair are the same prompt up to input f, the last prompt token (whose output predicts the first
+    completion token), then differ. Row 0 (prompt + chosen) runs as it is; the rejected completion's W - 1 inputs
+    after f are appended to it, at their own positions. Segments keep the two completions apart: the prompt is
+    segment SHARED_PREFIX, which every segment sees (`attention_mask`), the chosen side 1 and the rejected side 2.
+    So the model runs on B rows of T + W - 1 tokens instead of 2B rows of T (a quarter fewer for a prompt as long
+    as its completions), and every token sees exactly what it sees in its own row: the log-probs are those of the
+    separate rows (to float32 rounding), gradients included. Attention is position-based, so sliding windows and
+    RoPE need nothing more."""
+    B, _, T = batch["inputs"].shape
+    first = jnp.argmax(batch["weights"][:, 0] > 0, axis=-1)[:, None]  # [B, 1] f: the prompt's last input
+    tail = first + 1 + jnp.arange(window - 1)  # [B, W-1] the rejected row's inputs after the prompt
+    inside = tail < T
+    tail = jnp.minimum(tail, T - 1)
+
+    def rejected_tail(key):
+        return jnp.take_along_axis(batch[key][:, 1], tail, axis=1)
+
+    inputs = jnp.concatenate([batch["inputs"][:, 0], rejected_tail("inputs")], axis=1)  # [B, T + W - 1]
+    positions = jnp.concatenate([batch["positions"][:, 0], jnp.where(inside, rejected_tail("positions"), -1)], axis=1)
+    segments = jnp.concatenate([jnp.where(jnp.arange(T) <= first, SHARED_PREFIX, 1), jnp.full((B, window - 1), 2)],
+                               axis=1)
+    features = model.features(inputs, positions, segment_ids=segments.astype(jnp.int32))  # [B, T + W - 1, D]
+
+    keep = jnp.minimum(first, T - window) + jnp.arange(window)  # [B, W] both rows' window (same start)
+    rejected = jnp.where(keep <= first, keep, T + keep - first - 1)  # the prompt is row 0's; the rest appended
+    where = jnp.stack([keep, rejected], axis=1).reshape(B, 2 * window)
+    features = jnp.take_along_axis(features, where[..., None], axis=1).reshape(2 * B, window, -1)
+    targets, weights = (jnp.take_along_axis(batch[key], keep[:, None, :], axis=2).reshape(2 * B, window)
+                        for key in ("targets", "weights"))
+    return features, targets, weights
 
 
-def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size: int) -> np.ndarray:
-    """The reference's summed completion log-probs of every example, [n, 2], in fixed batches (one compile)."""
+@partial(nnx.jit, static_argnames=("window", "shared_prompt"))
+def _reference_sums(model, batch, window, shared_prompt):
+    return completion_sums(model, batch, window, shared_prompt)[0]
+
+
+def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size: int, **scores) -> np.ndarray:
+    """The reference's summed completion log-probs of every example, [n, 2], in fixed batches (one compile).
+    scores: `scoring`'s window and shared_prompt, as the policy is scored (default: `scoring(data)`)."""
+    scores = scores or scoring(data)
     out = []
     for batch in PreferenceBatches(data, batch_size, shuffle=False).epoch(0):
         n = len(batch["inputs"])
-        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size), data.longest_completion))[:n])
+        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size), scores["completion_window"],
+                                              scores["shared_prompt"]))[:n])
     return np.concatenate(out)
 
 
@@ -326,7 +381,7 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
                           unpaired=kto)
     val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
                         config.validation_data, unpaired=kto)
-    loss_fn = PreferenceLoss.from_config(config, max(train_data.longest_completion, val_data.longest_completion))
+    loss_fn = PreferenceLoss.from_config(config, train_data, val_data)
 
     frozen, train_extras, val_extras = None, {}, {}
     if loss_fn.uses_reference:
@@ -335,8 +390,9 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
             frozen = reference
         else:
             run.say(f"reference log-probs of {len(train_data)} + {len(val_data)} examples...")
-            train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size)}
-            val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size)}
+            scores = scoring(train_data, val_data)
+            train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size, **scores)}
+            val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size, **scores)}
     batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed, extras=train_extras)
     val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False, extras=val_extras).epoch(0)
     stats = batches.stats()

@@ -53,15 +53,17 @@ def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_l
     logps/accuracies: the policy gives the chosen completion the higher log-prob) and, with `generate`, exact match,
     format and answer flaws of greedy answers to the pairs' prompts. Any preference loss's policy can be compared on
     this one scale."""
-    from tunix_lite.preference.data import PreferenceBatches, tokenize_pairs
+    import jax.numpy as jnp
+
+    from tunix_lite.preference.data import tokenize_pairs
     from tunix_lite.preference.dpo import PreferenceLoss, reference_log_probs
-    from tunix_lite.training.trainer import evaluate
 
     data = tokenize_pairs(pairs, tokenizer, seq_len=seq_len, truncation="drop")
-    extras = {"ref_logps": reference_log_probs(reference, data, batch_size)}
-    batches = PreferenceBatches(data, batch_size, shuffle=False, extras=extras).epoch(0)
-    # the policy scored as the reference was (the same completion window), so that policy == reference ties exactly
-    scores = evaluate(policy, PreferenceLoss("sigmoid", beta=beta, completion_window=data.longest_completion), batches)
+    # both models scored by the one compiled function, so that policy == reference ties exactly
+    policy_sums, reference_sums = (jnp.asarray(reference_log_probs(m, data, batch_size)) for m in (policy, reference))
+    counts = jnp.asarray([[m.sum() for m in data.sequences.mask[i:i + 2]] for i in range(0, 2 * len(data), 2)])
+    loss, metrics = PreferenceLoss("sigmoid", beta=beta).loss_from_sums(policy_sums, counts, reference_sums)
+    scores = {key: float(value) for key, value in (metrics | {"loss": loss}).items()}
     if generate:
         records = [{"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"], "domain": p["domain"]}
                    for p in pairs]
