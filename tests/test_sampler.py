@@ -8,7 +8,8 @@ from flax import nnx
 
 from tunix_lite.loading import ASSETS
 from tunix_lite.models import Transformer
-from tunix_lite.sampler import Sampler, _generate_jit, left_pad, sample_token, top_k_filter, top_p_filter
+from tunix_lite.sampler import (Sampler, _generate_jit, first_argmax, left_pad, sample_token, top_k_filter,
+                                top_p_filter)
 from tunix_lite.tokenizer import Tokenizer
 
 from test_model import random_model, small_config
@@ -24,6 +25,20 @@ def sampler(tokenizer):
     """A random model over the tiny vocabulary; window 4 so generation runs past the sliding window."""
     model = random_model(small_config(vocab_size=tokenizer.vocab_size))
     return Sampler(model, tokenizer, bucket=8)
+
+
+def test_sampling_draws_what_jax_random_categorical_draws():
+    """sample_token takes the Gumbel-max argmax as a max then a min (first_argmax): the first index of the maximum,
+    as jnp.argmax, so the same key draws the same tokens as jax.random.categorical, with -inf (filtered) logits
+    and exact ties included."""
+    logits = jax.random.normal(jax.random.key(0), (64, 300)) * 3
+    logits = logits.at[:, 7:40].set(-jnp.inf)  # as top-k / top-p leave them
+    ours = jax.jit(lambda rng: sample_token(rng, logits, 1.0, greedy=False))
+    for seed in range(5):
+        rng = jax.random.key(seed)
+        np.testing.assert_array_equal(ours(rng), jax.random.categorical(rng, logits))
+    ties = jnp.array([[1.0, 3.0, 3.0, 2.0], [5.0, 5.0, 5.0, 5.0], [0.0, -1.0, 0.0, 4.0]])
+    np.testing.assert_array_equal(first_argmax(ties), jnp.argmax(ties, axis=-1))
 
 
 def test_top_k_and_top_p_filters():

@@ -160,7 +160,13 @@ def test_gemma3_270m_logits_match_transformers(gemma_pair):
 @pytest.mark.slow
 def test_gemma3_270m_long_repetitive_prompt_is_as_accurate_as_transformers(gemma_pair, gemma3_dir):
     """On the adversarial prompt, judge both float32 implementations against a float64 run of the
-    reference: ours must be about as close to it as transformers' own float32 forward."""
+    reference: ours must be about as close to it as transformers' own float32 forward.
+
+    Judged by the root-mean-square error over all 801 x 262k logits: the maximum of one float32 run is a
+    noisy statistic that moved 1.3x -> 2.2x transformers' between two CPUs with the same code. XLA:CPU's
+    float32 matmul itself is 1.5-1.6x further from float64 than torch's on the AMD EPYC CI machine
+    (random 801x640 @ 640x2048: RMS error 9.5e-6 vs 6.2e-6), so the bound allows 2.5x; the RoPE rounding
+    this test was written for (see rope_inverse_frequencies) measured 17x (RMS 1.4e-4 vs 7.8e-6)."""
     model, tokenizer, hf_model = gemma_pair
     # transformers marks its GGUF-loaded model as quantized and refuses .double(): load the same
     # weights (test_gemma3_270m_conversion_equals_transformers_gguf_loader) from the converted directory in float64
@@ -171,10 +177,12 @@ def test_gemma3_270m_long_repetitive_prompt_is_as_accurate_as_transformers(gemma
         theirs = hf_model(tokens).logits.numpy()
         gold = hf64(tokens).logits.numpy()
     ours = np.asarray(forward(model, jnp.asarray([ids])))
-    ours_err, theirs_err = np.abs(ours - gold).max(), np.abs(theirs - gold).max()
-    print(f"{len(ids)} tokens: ours-vs-fp64 {ours_err:.2e}  transformers-vs-fp64 {theirs_err:.2e}  "
+    ours_err, theirs_err = (float(np.sqrt(np.mean((logits.astype(np.float64) - gold) ** 2)))
+                            for logits in (ours, theirs))
+    print(f"{len(ids)} tokens: RMS ours-vs-fp64 {ours_err:.2e}  transformers-vs-fp64 {theirs_err:.2e}; "
+          f"max ours-vs-fp64 {np.abs(ours - gold).max():.2e}  transformers-vs-fp64 {np.abs(theirs - gold).max():.2e}  "
           f"ours-vs-transformers {np.abs(ours - theirs).max():.2e}")
-    assert ours_err <= 1.5 * theirs_err and np.abs(ours - theirs).max() <= 2e-3
+    assert ours_err <= 2.5 * theirs_err and np.abs(ours - theirs).max() <= 2e-3
 
 
 @pytest.mark.gemma
