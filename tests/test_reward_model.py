@@ -11,10 +11,10 @@ from tunix_lite.data.sft import SFTData, TruncationReport
 from tunix_lite.loading import ASSETS
 from tunix_lite.models import Transformer
 from tunix_lite.preference.data import PreferenceBatches, PreferenceData
-from tunix_lite.preference.reward_model import (RewardFunction, RewardModelConfig, bradley_terry_loss,
-                                                last_token_scores, reward_head)
+from tunix_lite.preference.reward_model import (BradleyTerryLoss, RewardFunction, RewardModelConfig,
+                                                bradley_terry_loss, last_token_scores, pair_scores, reward_head)
 from tunix_lite.tokenizer import load_tokenizer
-from tunix_lite.training.trainer import Trainer, evaluate
+from tunix_lite.training.trainer import Trainer, evaluate, pad_batch
 
 from test_model import small_config
 
@@ -37,7 +37,7 @@ def marked_pairs(n: int, seed: int) -> PreferenceData:
 
 
 def head_model(seed=0, **config):
-    return reward_head(Transformer(small_config(num_layers=1, **config), rngs=nnx.Rngs(seed)), seed)
+    return reward_head(Transformer(small_config(**({"num_layers": 1} | config)), rngs=nnx.Rngs(seed)), seed)
 
 
 def test_loss_is_minus_log_sigmoid_of_the_margin_over_real_pairs():
@@ -54,6 +54,32 @@ def test_loss_is_minus_log_sigmoid_of_the_margin_over_real_pairs():
     padded = {k: np.concatenate([v, np.zeros((3, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
     loss_padded, metrics_padded = loss_fn(model, padded)
     assert float(loss_padded) == pytest.approx(float(loss), rel=1e-6) and metrics_padded["count"] == 5
+
+
+def test_a_shared_prompt_scores_and_trains_as_the_separate_rows():
+    """Each pair's prompt run once (the rejected completion appended as its own segment) gives the separate rows'
+    scores, loss and gradient, on layers that attend within a sliding window of 4 or globally; a padded pair adds
+    nothing."""
+    data = marked_pairs(5, 3)
+    assert data.prompts_shared
+    batch = pad_batch(PreferenceBatches(data, 5, shuffle=False).epoch(0)[0], 6)
+    model, _ = head_model(3, num_layers=6)  # 5 local layers (window 4), 1 global
+    model.head.kernel[...] = jax.random.normal(jax.random.key(3), model.head.kernel.shape)
+    window = data.longest_completion
+    separate, shared = (nnx.jit(pair_scores, static_argnums=2)(model, batch, w) for w in (None, window))
+    np.testing.assert_allclose(np.asarray(shared)[:5], np.asarray(separate)[:5], rtol=1e-5, atol=1e-6)
+
+    def loss_and_grad(shared_window):
+        def loss(m):
+            return BradleyTerryLoss(shared_window)(m, batch)[0]
+
+        value, grads = nnx.jit(nnx.value_and_grad(loss))(model)
+        return value, jax.tree.leaves(grads)
+
+    (loss_a, grads_a), (loss_b, grads_b) = loss_and_grad(None), loss_and_grad(window)
+    assert float(loss_b) == pytest.approx(float(loss_a), rel=1e-5)
+    for a, b in zip(grads_a, grads_b):
+        np.testing.assert_allclose(b, a, atol=1e-5 * float(np.abs(a).max()) + 1e-9)
 
 
 def test_reward_model_learns_a_preference_on_held_out_pairs():
@@ -139,3 +165,28 @@ def test_grpo_config_rewards_with_a_saved_reward_model(saved_reward_model, tmp_p
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert f"rewards: 'reward_model:{tmp_path}': {tmp_path} holds no reward model" in err and "\n" not in err, err
+
+
+@pytest.mark.slow
+def test_cli_reward_model_trains_and_exports_a_reward(tmp_path):
+    """`tunix-lite train` with algorithm: reward_model (each pair's prompt run once) logs the pair metrics, and its
+    export is a reward function the RL configs can name."""
+    import json
+
+    import yaml
+
+    from tunix_lite.cli import main
+    from tunix_lite.preference.reward_model import REWARD_MODEL_DIR, reward_model_reward
+
+    out = tmp_path / "run"
+    path = tmp_path / "rm.yaml"
+    path.write_text(yaml.safe_dump(dict(algorithm="reward_model", model="tiny", n_train=16, n_validation=8,
+                                        seq_len=128, batch_size=4, steps=3, warmup_steps=0, eval_every=3,
+                                        log_every=1, output_dir=str(out))))
+    assert main(["train", "--config", str(path)]) == 0
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) >= 3 and {"loss", "accuracy", "margin", "rewards/chosen"} <= set(lines[0])
+    assert all(np.isfinite(line["loss"]) for line in lines)
+    reward = reward_model_reward(out / REWARD_MODEL_DIR, batch_size=2)
+    scores = reward(["Which is larger, 3 or 5?"] * 2, ["<answer>5</answer>", "<answer>3</answer>"])
+    assert len(scores) == 2 and all(np.isfinite(scores))

@@ -212,20 +212,19 @@ def completion_sums(model, batch: dict, window: int | None = None,
             jnp.sum(batch["weights"], axis=-1))
 
 
-def shared_prompt_features(model, batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(features [2B, W, D], targets [2B, W], weights [2B, W]) of each row's completion window, W = window, with
-    each pair's prompt run through the model once instead of twice.
+def shared_prompt_rows(batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(inputs, positions, segment_ids), each [B, T + W - 1], and first [B, 1]: each pair of rows [B, 2, T] as one
+    row whose prompt serves both completions, W = window (the longest completion).
 
-    Both rows of a pair are the same prompt up to input f, the last prompt token (whose output predicts the first
-    completion token), then differ. Row 0 (prompt + chosen) runs as it is; the rejected completion's W - 1 inputs
-    after f are appended to it, at their own positions. Segments keep the two completions apart: the prompt is
-    segment SHARED_PREFIX, which every segment sees (`attention_mask`), the chosen side 1 and the rejected side 2.
-    So the model runs on B rows of T + W - 1 tokens instead of 2B rows of T (a quarter fewer for a prompt as long
-    as its completions), and every token sees exactly what it sees in its own row: the log-probs are those of the
-    separate rows (to float32 rounding), gradients included. Attention is position-based, so sliding windows and
-    RoPE need nothing more."""
+    Both rows of a pair are the same prompt up to input f = first, the last prompt token (whose output predicts the
+    first completion token), then differ. Row 0 (prompt + chosen) stays as it is; the rejected completion's W - 1
+    inputs after f are appended to it, at their own positions. Segments keep the two completions apart: the prompt
+    is segment SHARED_PREFIX, which every segment sees (`attention_mask`), the chosen side 1 and the rejected side 2.
+    So every token sees exactly what it sees in its own row, and the model runs on B rows of T + W - 1 tokens
+    instead of 2B rows of T (a quarter fewer for a prompt as long as its completions). Attention is position-based,
+    so sliding windows and RoPE need nothing more. Only for data whose `PreferenceData.prompts_shared` holds."""
     B, _, T = batch["inputs"].shape
-    first = jnp.argmax(batch["weights"][:, 0] > 0, axis=-1)[:, None]  # [B, 1] f: the prompt's last input
+    first = jnp.argmax(batch["weights"][:, 0] > 0, axis=-1)[:, None]  # [B, 1]
     tail = first + 1 + jnp.arange(window - 1)  # [B, W-1] the rejected row's inputs after the prompt
     inside = tail < T
     tail = jnp.minimum(tail, T - 1)
@@ -233,11 +232,20 @@ def shared_prompt_features(model, batch: dict, window: int) -> tuple[jax.Array, 
     def rejected_tail(key):
         return jnp.take_along_axis(batch[key][:, 1], tail, axis=1)
 
-    inputs = jnp.concatenate([batch["inputs"][:, 0], rejected_tail("inputs")], axis=1)  # [B, T + W - 1]
+    inputs = jnp.concatenate([batch["inputs"][:, 0], rejected_tail("inputs")], axis=1)
     positions = jnp.concatenate([batch["positions"][:, 0], jnp.where(inside, rejected_tail("positions"), -1)], axis=1)
     segments = jnp.concatenate([jnp.where(jnp.arange(T) <= first, SHARED_PREFIX, 1), jnp.full((B, window - 1), 2)],
                                axis=1)
-    features = model.features(inputs, positions, segment_ids=segments.astype(jnp.int32))  # [B, T + W - 1, D]
+    return inputs, positions, segments.astype(jnp.int32), first
+
+
+def shared_prompt_features(model, batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(features [2B, W, D], targets [2B, W], weights [2B, W]) of each row's completion window, W = window, with
+    each pair's prompt run through the model once instead of twice (`shared_prompt_rows`): the log-probs are those
+    of the separate rows (to float32 rounding), gradients included."""
+    B, _, T = batch["inputs"].shape
+    inputs, positions, segments, first = shared_prompt_rows(batch, window)
+    features = model.features(inputs, positions, segment_ids=segments)  # [B, T + W - 1, D]
 
     keep = jnp.minimum(first, T - window) + jnp.arange(window)  # [B, W] both rows' window (same start)
     rejected = jnp.where(keep <= first, keep, T + keep - first - 1)  # the prompt is row 0's; the rest appended

@@ -30,7 +30,7 @@ from flax import nnx
 from tunix_lite.data.sft import padded_rows
 from tunix_lite.models.heads import ScalarHead
 from tunix_lite.preference.data import PreferenceBatches, tokenize_unpaired
-from tunix_lite.preference.dpo import PairOptions, load_preferences, tokenize
+from tunix_lite.preference.dpo import PairOptions, load_preferences, scoring, shared_prompt_rows, tokenize
 from tunix_lite.training.config import ConfigBase, DataOptions, ModelOptions, OptimOptions, RunOptions
 from tunix_lite.training.harness import Run, RunResult, build_model
 from tunix_lite.training.losses import masked_mean
@@ -44,21 +44,48 @@ def last_token_scores(model: ScalarHead, inputs, positions, segment_ids) -> jax.
     return jnp.take_along_axis(values, last[:, None], axis=-1)[:, 0]
 
 
-def bradley_terry_loss(model: ScalarHead, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
-    """-log σ(r_w - r_l), the mean over real pairs of rows [B, 2, T] (padded pairs count 0). Metrics: accuracy (the
-    chosen completion scores higher), margin, and the mean rewards of each side (TRL's reward-trainer names)."""
+def pair_scores(model: ScalarHead, batch: dict, shared_window: int | None = None) -> jax.Array:
+    """[B, 2] (r(x, chosen), r(x, rejected)) of rows [B, 2, T], each the head's value at its row's last real input.
+
+    shared_window: the data's longest completion (`PreferenceData.longest_completion`), for data whose
+    `prompts_shared` holds: each pair's prompt then runs once for both completions (`dpo.shared_prompt_rows`),
+    with the same scores (to float32 rounding) from B rows of T + W - 1 tokens instead of 2B rows of T."""
     B, _, T = batch["inputs"].shape
-    scores = last_token_scores(model, *(batch[k].reshape(2 * B, T) for k in ("inputs", "positions", "segment_ids")))
-    chosen, rejected = scores.reshape(B, 2)[:, 0], scores.reshape(B, 2)[:, 1]
-    valid = (batch["weights"].sum((1, 2)) > 0).astype(jnp.float32)
-    margin = chosen - rejected
-    loss, count = masked_mean(-jax.nn.log_sigmoid(margin), valid)
+    if shared_window is None:
+        return last_token_scores(model, *(batch[k].reshape(2 * B, T) for k in ("inputs", "positions",
+                                                                                 "segment_ids"))).reshape(B, 2)
+    inputs, positions, segments, first = shared_prompt_rows(batch, shared_window)
+    values = model(inputs, positions, segment_ids=segments)  # [B, T + W - 1]
+    index = jnp.arange(inputs.shape[1])
+    chosen = jnp.argmax(jnp.where(index < T, positions, -1), axis=-1)  # row 0 as it was
+    rejected = jnp.argmax(jnp.where((index <= first) | (index >= T), positions, -1), axis=-1)  # prompt + tail
+    return jnp.take_along_axis(values, jnp.stack([chosen, rejected], axis=-1), axis=-1)
 
-    def mean(x):
-        return masked_mean(x, valid)[0]
 
-    return loss, {"loss": loss, "accuracy": mean(margin > 0), "margin": mean(margin),
-                  "rewards/chosen": mean(chosen), "rewards/rejected": mean(rejected), COUNT: count}
+@dataclasses.dataclass(frozen=True)
+class BradleyTerryLoss:
+    """The trainer's loss_fn(model, batch, frozen): -log σ(r_w - r_l), the mean over real pairs of rows [B, 2, T]
+    (padded pairs count 0). Metrics: accuracy (the chosen completion scores higher), margin, and the mean rewards of
+    each side (TRL's reward-trainer names). A frozen dataclass, as `PreferenceLoss`: equal settings hash equal, so
+    the compiled step is reused. shared_window: see `pair_scores`."""
+
+    shared_window: int | None = None
+
+    def __call__(self, model: ScalarHead, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
+        scores = pair_scores(model, batch, self.shared_window)
+        chosen, rejected = scores[:, 0], scores[:, 1]
+        valid = (batch["weights"].sum((1, 2)) > 0).astype(jnp.float32)
+        margin = chosen - rejected
+        loss, count = masked_mean(-jax.nn.log_sigmoid(margin), valid)
+
+        def mean(x):
+            return masked_mean(x, valid)[0]
+
+        return loss, {"loss": loss, "accuracy": mean(margin > 0), "margin": mean(margin),
+                      "rewards/chosen": mean(chosen), "rewards/rejected": mean(rejected), COUNT: count}
+
+
+bradley_terry_loss = BradleyTerryLoss()  # on separate rows: any pair data
 
 
 @dataclasses.dataclass
@@ -86,16 +113,18 @@ def run_reward_model(config: RewardModelConfig, *, verbose: bool = True) -> RunR
     model, wrt = reward_head(backbone, config.seed)
     train, validation = load_preferences(config)
     train_data = tokenize(train, tokenizer, config, "train pairs")
-    val_batches = PreferenceBatches(tokenize(validation, tokenizer, config, "validation pairs"), config.batch_size,
-                                    shuffle=False).epoch(0)
+    val_data = tokenize(validation, tokenizer, config, "validation pairs")
+    val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False).epoch(0)
     batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed)
     report = f"train: {train_data.report}"
     run.say(report)
+    scores = scoring(train_data, val_data)  # each pair's prompt runs once where the data allows
+    loss_fn = BradleyTerryLoss(scores["completion_window"] if scores["shared_prompt"] else None)
 
     def eval_fn(model):
-        return {k: v for k, v in evaluate(model, bradley_terry_loss, val_batches).items() if k != COUNT}
+        return {k: v for k, v in evaluate(model, loss_fn, val_batches).items() if k != COUNT}
 
-    result = run.train(model, tokenizer, bradley_terry_loss, batches.stream, eval_fn, wrt=wrt, report=report,
+    result = run.train(model, tokenizer, loss_fn, batches.stream, eval_fn, wrt=wrt, report=report,
                        export=False, desc="reward")
     if run.out is not None and result.finished:
         save_reward_model(result.model, tokenizer, run.out / REWARD_MODEL_DIR, seq_len=config.seq_len,
