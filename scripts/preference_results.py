@@ -130,12 +130,13 @@ def gemma(args) -> tuple[str, dict]:
     train, _ = load_preferences(config)
     train_data = tokenize(train, tokenizer, config, "train pairs")
     test_data = tokenize(preference_pairs(args.n_test, seed=2024, split="test"), tokenizer, config, "test pairs")
-    began = time.perf_counter()
-    train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size)}
-    test_batches = PreferenceBatches(test_data, config.batch_size, shuffle=False, extras={
-        "ref_logps": reference_log_probs(reference, test_data, config.batch_size)}).epoch(0)
-    reference_seconds = time.perf_counter() - began
     loss_fn = PreferenceLoss.from_config(config, train_data, test_data)
+    scores = loss_fn.scoring_settings  # the reference scored as the policy is
+    began = time.perf_counter()
+    train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size, **scores)}
+    test_batches = PreferenceBatches(test_data, config.batch_size, shuffle=False, extras={
+        "ref_logps": reference_log_probs(reference, test_data, config.batch_size, **scores)}).epoch(0)
+    reference_seconds = time.perf_counter() - began
     before = evaluate(model, loss_fn, test_batches)
     trainer = Trainer(model, adamw_cosine(config.learning_rate, config.steps, warmup_steps=config.warmup_steps),
                       loss_fn, wrt=trained_variables(config))

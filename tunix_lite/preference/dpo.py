@@ -122,9 +122,15 @@ class PreferenceLoss:
 
     @classmethod
     def from_config(cls, config: DPOConfig, *data: PreferenceData) -> PreferenceLoss:
-        """The loss `config` names, scoring the rows of every one of `data` (PreferenceData.scoring)."""
+        """The loss `config` names, scoring the rows of every one of `data` (`scoring`)."""
         settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
         return cls(**settings, **scoring(*data))
+
+    @property
+    def scoring_settings(self) -> dict:
+        """`scoring`'s settings this loss reads rows with: `reference_log_probs(..., **loss.scoring_settings)` scores
+        the reference as the policy is scored."""
+        return {"completion_window": self.completion_window, "shared_prompt": self.shared_prompt}
 
     @property
     def normalize(self) -> bool:
@@ -398,7 +404,7 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
             frozen = reference
         else:
             run.say(f"reference log-probs of {len(train_data)} + {len(val_data)} examples...")
-            scores = scoring(train_data, val_data)
+            scores = loss_fn.scoring_settings
             train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size, **scores)}
             val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size, **scores)}
     batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed, extras=train_extras)
