@@ -33,24 +33,28 @@ ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref
         ("flaw/wrong", "flaw: wrong tagged answer"),
         ("flaw/untagged", "flaw: no answer tag"),
         ("flaw/unclosed", "flaw: unclosed tag")]
-RATES = ("rewards/accuracies", "logps/accuracies", "accuracy", "format", "flaw/wrong", "flaw/untagged", "flaw/unclosed")
+PAIR_RATES = ("rewards/accuracies", "logps/accuracies")  # over the held-out pairs
+ANSWER_RATES = ("accuracy", "format", "flaw/wrong", "flaw/untagged", "flaw/unclosed")  # over their distinct prompts
 
 
 def table(columns: dict[str, dict], rows=ROWS, n: int | None = None) -> str:
-    """Markdown table of the scores; with n, rates get their 95% Wilson interval."""
+    """Markdown table of the scores; with n (the pairs), rates get their 95% Wilson interval, those of the greedy
+    answers over the column's distinct prompts (its "prompts")."""
     names = list(columns)
     lines = ["| held out | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
 
-    def cell(key, value):
-        if n is None or key not in RATES:
+    def cell(key, value, scores):
+        count = n if key in PAIR_RATES else scores.get("prompts") if key in ANSWER_RATES else None
+        if n is None or count is None:
             return f"{value:.3f}"
-        low, high = wilson(value * n, n)
+        low, high = wilson(value * count, count)
         return f"{value:.3f} [{low:.2f}, {high:.2f}]"
 
     domains = sorted({k for c in columns.values() for k in c if k.startswith("accuracy/")})
     for key, label in [*rows, *((d, f"exact match: {d.removeprefix('accuracy/')}") for d in domains)]:
         if all(key in c for c in columns.values()):
-            lines.append(f"| {label} | " + " | ".join(cell(key, columns[name][key]) for name in names) + " |")
+            lines.append(f"| {label} | " + " | ".join(cell(key, columns[name][key], columns[name]) for name in names)
+                         + " |")
     return "\n".join(lines)
 
 
@@ -61,7 +65,8 @@ def verdict(before: dict, after: dict, n: int) -> str:
     return (f"Against the targets (SFT -> DPO): implicit-reward pair accuracy {after['rewards/accuracies']:.3f} "
             f"(interval from {low:.2f}; target >= 0.90: {'met' if after['rewards/accuracies'] >= 0.9 else 'NOT met'}); "
             f"exact match {em} (must not fall: {'met' if after['accuracy'] >= before['accuracy'] else 'NOT met'}; "
-            f"{round(abs(after['accuracy'] - before['accuracy']) * n)} of {n} answers).")
+            f"{round(abs(after['accuracy'] - before['accuracy']) * after['prompts'])} of {after['prompts']:.0f} "
+            f"distinct prompts' answers).")
 
 
 def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
@@ -101,8 +106,10 @@ def report(args, test, columns, scores, seconds, steps, betas, settings) -> str:
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
     reproduce = (f"Reproduce: `nice -n 10 python scripts/preference_results.py {shlex.join(sys.argv[1:])}` (after "
                  f"`tunix-lite train --config configs/sft_tiny.yaml`).")
-    note = (f"{args.n_test} held-out {args.split} pairs and their prompts (`preference_pairs({args.n_test}, seed=2024, "
-            f"split=\"{args.split}\")`), rates with 95% Wilson intervals; implicit rewards against each run's "
+    prompts = len({p["prompt"] for p in test})
+    note = (f"{args.n_test} held-out {args.split} pairs (`preference_pairs({args.n_test}, seed=2024, split="
+            f"\"{args.split}\")`), greedy answers to their {prompts} distinct prompts, rates with 95% Wilson intervals "
+            f"(over the pairs or the prompts); implicit rewards against each run's "
             f"starting model, β = {', '.join(f'{b} ({n.upper()})' for n, b in betas.items())}"
             f"{f'; overrides {settings}' if settings else ''}"
             f"{f'; n_train = {args.n_train}' if args.n_train else ''}. Training took {took} on 2 shared CPU cores.")

@@ -212,6 +212,9 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     with pytest.raises(ValueError, match="KTO's class weights have no effect with loss_type 'sigmoid'"):
         DPOConfig(undesirable_weight=1.33).validate()
     DPOConfig(loss_type="kto", undesirable_weight=1.33).validate()
+    with pytest.raises(ValueError, match="dpop_lambda: 10.0 has no effect with loss_type 'sigmoid'"):
+        DPOConfig(dpop_lambda=10.0).validate()
+    DPOConfig(loss_type="dpop", dpop_lambda=10.0).validate()
     with pytest.raises(ValueError, match="on_policy_rejected: builds pairs; KTO's unpaired examples"):
         DPOConfig(loss_type="kto", on_policy_rejected=True).validate()
     with pytest.raises(ValueError, match=r"on_policy_domains: \['count'\] needs on_policy_rejected: true"):
@@ -301,3 +304,19 @@ def test_heldout_report_of_the_reference_itself_ties_every_pair():
                             generate=False)
     assert scores["rewards/margins"] == 0 and scores["rewards/accuracies"] == 0 and scores["count"] == 6
     assert scores["loss"] == pytest.approx(np.log(2), rel=1e-6)
+
+
+def test_held_out_answers_count_each_distinct_prompt_once():
+    """Held-out pairs repeat prompts (few facts questions exist), and a greedy answer to a repeated prompt is the same
+    answer: prompt_records keeps the first pair of each prompt, in order, up to a limit."""
+    from tunix_lite.data.synthetic import preference_pairs
+    from tunix_lite.preference.evaluation import prompt_records
+
+    pairs = preference_pairs(40, seed=2024, split="test", domains=["facts"])
+    records = prompt_records(pairs)
+    distinct = list(dict.fromkeys(p["prompt"] for p in pairs))
+    assert len(distinct) < len(pairs) and [r["prompt"] for r in records] == distinct
+    first = {p["prompt"]: p for p in reversed(pairs)}  # the first pair of each prompt
+    assert all(r["completion"] == first[r["prompt"]]["chosen"] and r["answer"] == first[r["prompt"]]["answer"]
+               and r["domain"] == "facts" for r in records)
+    assert [r["prompt"] for r in prompt_records(pairs, limit=3)] == distinct[:3]

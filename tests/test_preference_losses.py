@@ -72,6 +72,12 @@ def test_hand_computed_values():
     assert float(losses.ipo(c, r, rc, rr, **one, beta=0.5)[0]) == pytest.approx((2 - 1) ** 2)
     assert float(losses.hinge(c, r, rc, rr, **one, beta=0.25)[0]) == pytest.approx(0.5)
     assert float(losses.hinge(c, r, rc, rr, **one, beta=1.0)[0]) == 0.0  # ranked with margin >= 1/beta
+    # DPOP: chosen above its reference, no penalty (DPO itself); chosen 1 below it, h = -1 - (-3) = 2 shrinks by lambda
+    dpop_value = float(losses.dpop(c, r, rc, rr, **one, beta=0.5, lam=50.0)[0])
+    assert dpop_value == pytest.approx(-math.log(sig(1.0)), rel=1e-6)
+    fell = jnp.array([-5.0]), jnp.array([-7.0]), jnp.array([-4.0]), jnp.array([-4.0])
+    loss, metrics = losses.dpop(*fell, **one, beta=0.5, lam=1.5)
+    assert metrics["dpop_penalty"] == 1.0 and float(loss) == pytest.approx(-math.log(sig(0.5 * (2 - 1.5))), rel=1e-6)
     # SimPO on per-token means -1 and -2: -log sigmoid(2 * 1 - 0.5)
     assert float(losses.simpo(jnp.array([-1.0]), jnp.array([-2.0]), **one, beta=2.0, gamma=0.5)[0]) == pytest.approx(
         -math.log(sig(1.5)), rel=1e-6)
@@ -85,7 +91,23 @@ def test_hand_computed_values():
     assert metrics["kl"] == 0.0 and float(loss) == pytest.approx(1 - sig(0.5), rel=1e-6)
 
 
-@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge", "orpo", "simpo", "kto"])
+def test_dpop_pushes_a_fallen_chosen_completion_up_harder():
+    """At equal logits, DPOP's gradient on log π(y_w) is (1 + λ) times DPO's once y_w falls below the reference, and
+    DPO's own while it has not; on the rejected side both are the same."""
+    ones, beta, lam = jnp.ones(2), 0.5, 3.0
+    chosen, rejected = jnp.array([-3.0, -5.0]), jnp.array([-6.0, -6.0])  # pair 0 above its reference, pair 1 below
+    ref_chosen, ref_rejected = jnp.array([-4.0, -4.0]), jnp.array([-4.0, -4.0])
+    dpop_grad = jax.grad(lambda c, r: losses.dpop(c, r, ref_chosen, ref_rejected, ones, beta=beta, lam=lam)[0],
+                         argnums=(0, 1))(chosen, rejected)
+    # DPO at DPOP's logits: the same h less the penalty, which shifts the rejected side's log-prob by lam * penalty
+    shifted = rejected + lam * jax.nn.relu(ref_chosen - chosen)
+    dpo_grad = jax.grad(lambda c, r: losses.sigmoid(c, r, ref_chosen, ref_rejected, ones, beta=beta)[0],
+                        argnums=(0, 1))(chosen, shifted)
+    np.testing.assert_allclose(dpop_grad[0], dpo_grad[0] * jnp.array([1.0, 1 + lam]), rtol=1e-6)
+    np.testing.assert_allclose(dpop_grad[1], dpo_grad[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge", "dpop", "orpo", "simpo", "kto"])
 def test_padded_pairs_add_nothing(loss_type):
     """Appending all-padding pairs (no completion tokens) changes neither the loss, the metrics nor the gradient."""
     policy, reference, weights = fixed_inputs(1)

@@ -1,6 +1,6 @@
 """Preference tuning end to end: one config in, a trained policy, its history and before/after scores out.
 
-    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")    # loss_type: sigmoid | ipo | hinge | robust | orpo | simpo | kto
+    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")    # loss_type: sigmoid, ipo, hinge, robust, dpop, orpo, ...
     result = run_dpo(config)
     result.before, result.after                              # held-out pair metrics, greedy accuracy and answer flaws
 
@@ -35,7 +35,7 @@ from tunix_lite.training.harness import Run, RunResult, build_model
 from tunix_lite.training.losses import feature_log_probs
 from tunix_lite.training.trainer import COUNT, evaluate, pad_batch
 
-LossType = Literal["sigmoid", "ipo", "hinge", "robust", "orpo", "simpo", "kto"]
+LossType = Literal["sigmoid", "ipo", "hinge", "robust", "dpop", "orpo", "simpo", "kto"]
 SEQUENCE_KEYS = ("inputs", "targets", "weights", "positions", "segment_ids")
 SMOOTHED = ("sigmoid", "robust", "simpo")  # the losses that read label_smoothing
 
@@ -52,13 +52,15 @@ class PairOptions:
 @dataclasses.dataclass
 class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, ModelOptions):
     algorithm: ClassVar[str] = "dpo"
-    loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | orpo | simpo | kto; see "
+    loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | dpop | orpo | simpo | kto; see "
                                             "tunix_lite/preference/losses.py")
     beta: float = option(0.1, "DPO's beta: the strength of the anchor to the reference (ipo: tau; orpo: the odds-ratio "
                               "weight lambda; simpo: the reward scale, ~2)", gt=0)
     label_smoothing: float = option(0.0, "probability that a label is flipped (sigmoid: cDPO, robust: rDPO, simpo)",
                                     ge=0, lt=0.5)
     simpo_gamma: float = option(0.5, "SimPO's target reward margin gamma", ge=0)
+    dpop_lambda: float = option(50.0, "DPOP's lambda: the weight of the chosen completion's fall below the reference",
+                                ge=0)
     normalize_length: bool | None = option(None, "score completions by their per-token mean log-prob instead of the "
                                                  "sum (null: the loss's convention, on for ipo, orpo and simpo)")
     nll_weight: float = option(0.0, "add this times the chosen completion's per-token NLL (RPO; not for orpo, which "
@@ -72,8 +74,8 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
               "the rest keep their own rejected side (null: every pair)")
     reference: Literal["precomputed", "online"] = option(
         "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
-    n_accuracy: int = option(64, "validation prompts answered greedily for exact match and answer flaws (0: none; "
-                                 "needs an answer column)", ge=0, resume="free")
+    n_accuracy: int = option(64, "distinct validation prompts answered greedily for exact match and answer flaws "
+                                 "(0: none; needs an answer column)", ge=0, resume="free")
     max_new_tokens: int | None = option(None, "answer budget of that check (null: from the longest chosen completion)",
                                         ge=1, resume="free")
 
@@ -91,6 +93,9 @@ class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, 
         if self.loss_type != "kto" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
             raise ConfigError(f"desirable_weight/undesirable_weight: KTO's class weights have no effect with "
                               f"loss_type {self.loss_type!r}; remove them or use loss_type: kto")
+        if self.loss_type != "dpop" and self.dpop_lambda != 50.0:
+            raise ConfigError(f"dpop_lambda: {self.dpop_lambda} has no effect with loss_type {self.loss_type!r}; "
+                              "remove it or use loss_type: dpop")
         if self.on_policy_rejected and self.loss_type == "kto":
             raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no rejected side")
         if self.on_policy_domains is not None and not (self.on_policy_rejected and self.on_policy_domains):
@@ -113,6 +118,7 @@ class PreferenceLoss:
     beta: float = 0.1
     label_smoothing: float = 0.0
     simpo_gamma: float = 0.5
+    dpop_lambda: float = 50.0
     normalize_length: bool | None = None
     nll_weight: float = 0.0
     desirable_weight: float = 1.0
@@ -174,9 +180,10 @@ class PreferenceLoss:
                                          label_smoothing=self.label_smoothing)
         else:
             ref = per_token(ref_sums) if self.normalize else ref_sums
-            smoothing = {"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else {}
+            options = ({"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else
+                       {"lam": self.dpop_lambda} if self.loss_type == "dpop" else {})
             loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1], valid,
-                                                            beta=self.beta, **smoothing)
+                                                            beta=self.beta, **options)
             if self.normalize:  # log the summed log-probs and rewards whatever the loss reads, as TRL does
                 metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0], ref_sums[:, 1], valid, self.beta)
         if self.nll_weight:
@@ -424,13 +431,12 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
 
 
 def generation_eval_fn(config: DPOConfig, model, tokenizer, validation):
-    """Greedy answers to the first n_accuracy validation prompts: exact match, format and answer flaws (None when the
-    records have no answer column or plain-text prompts, or n_accuracy is 0)."""
-    from tunix_lite.preference.evaluation import generation_eval
+    """Greedy answers to the first n_accuracy distinct validation prompts: exact match, format and answer flaws (None
+    when the records have no answer column or plain-text prompts, or n_accuracy is 0)."""
+    from tunix_lite.preference.evaluation import generation_eval, prompt_records
 
-    rows = list(validation)[:config.n_accuracy]
-    if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
+    rows = list(validation)
+    if not config.n_accuracy or not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
         return None
-    records = [{"prompt": r["prompt"], "answer": r["answer"], "completion": r["chosen"],
-                **({"domain": r["domain"]} if "domain" in r else {})} for r in rows]
+    records = prompt_records(rows, config.n_accuracy)
     return generation_eval(model, tokenizer, records, template=config.template, max_new_tokens=config.max_new_tokens)

@@ -31,6 +31,22 @@ def answer_flaws(texts: Sequence[str], answers: Sequence[str]) -> dict[str, floa
     return {f"flaw/{kind}": float(np.mean([k == kind for k in kinds])) for kind in ("wrong", "untagged", "unclosed")}
 
 
+def prompt_records(pairs: Sequence[dict], limit: int | None = None) -> list[dict]:
+    """Each distinct prompt of `pairs` once, in order, as a generation check's records {"prompt", "answer",
+    "completion" (the chosen one) [, "domain"]}; at most `limit`. Held-out pairs repeat a prompt where a domain has few
+    questions (the test split's 40 facts pairs ask 10 questions), and a greedy answer to a repeated prompt would count
+    as many times, so a flip of one answer could move exact match by several."""
+    records, seen = [], set()
+    for p in pairs:
+        if limit is not None and len(records) == limit:
+            break
+        if p["prompt"] not in seen:
+            seen.add(p["prompt"])
+            records.append({"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"],
+                            **({"domain": p["domain"]} if "domain" in p else {})})
+    return records
+
+
 def generation_eval(model, tokenizer, records, **task_eval_options):
     """eval_fn(model) -> TaskEval's exact match and format on `records` ({"prompt", "answer", "completion"
     [, "domain"]}), plus `answer_flaws` of the same greedy answers."""
@@ -51,8 +67,8 @@ def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_l
     """Held-out scores of `policy` on `pairs` (e.g. preference_pairs(n, split="test")), against `reference` (the model
     training started from): the sigmoid-DPO pair metrics (rewards/accuracies: the implicit reward ranks the pair right;
     logps/accuracies: the policy gives the chosen completion the higher log-prob) and, with `generate`, exact match,
-    format and answer flaws of greedy answers to the pairs' prompts. Any preference loss's policy can be compared on
-    this one scale."""
+    format and answer flaws of greedy answers to the pairs' distinct prompts (`prompt_records`; "prompts" counts
+    them). Any preference loss's policy can be compared on this one scale."""
     import jax.numpy as jnp
 
     from tunix_lite.preference.data import tokenize_pairs
@@ -65,7 +81,7 @@ def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_l
     loss, metrics = PreferenceLoss("sigmoid", beta=beta).loss_from_sums(policy_sums, counts, reference_sums)
     scores = {key: float(value) for key, value in (metrics | {"loss": loss}).items()}
     if generate:
-        records = [{"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"], "domain": p["domain"]}
-                   for p in pairs]
+        records = prompt_records(pairs)
         scores |= generation_eval(policy, tokenizer, records, batch_size=min(len(records), 64))(policy)
+        scores["prompts"] = float(len(records))
     return scores

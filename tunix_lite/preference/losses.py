@@ -105,6 +105,23 @@ def robust(chosen, rejected, ref_chosen, ref_rejected, valid, *, beta: float = 0
     return _pairwise(per_pair, chosen, rejected, ref_chosen, ref_rejected, valid, beta)
 
 
+def dpop(chosen, rejected, ref_chosen, ref_rejected, valid, *, beta: float = 0.1,
+         lam: float = 50.0) -> tuple[jax.Array, dict]:
+    """DPO-Positive (Pal et al. 2024, "Smaug", eq. 3): DPO with a penalty for the chosen completion falling below the
+    reference,
+
+        L = -log σ(β (h - λ max(0, log π_ref(y_w|x) - log π_θ(y_w|x))))
+
+    DPO only needs the gap h to grow, and on pairs that differ in a few tokens (a wrong digit, a missing tag) it can
+    grow while log π_θ(y_w|x) falls: pushing down the rejected side's tokens after the edit lowers the same tokens
+    where the chosen side needs them. The penalty, zero while the chosen completion keeps its reference likelihood,
+    makes any fall cost λ times the gap it buys. Rewards stay DPO's (the penalty is not part of them)."""
+    penalty = jax.nn.relu(ref_chosen - chosen)
+    logits = beta * (chosen - ref_chosen - (rejected - ref_rejected) - lam * penalty)
+    loss, metrics = _pairwise(-jax.nn.log_sigmoid(logits), chosen, rejected, ref_chosen, ref_rejected, valid, beta)
+    return loss, metrics | {"dpop_penalty": _mean(penalty, valid)}
+
+
 def with_nll(loss, metrics: dict, chosen_nll, valid, *, weight: float) -> tuple[jax.Array, dict]:
     """RPO (Pang et al. 2024, "Iterative Reasoning Preference Optimization", eq. 1): L + α L_NLL(y_w), α = weight.
 
@@ -184,4 +201,4 @@ def kto(policy, ref, policy_mismatched, ref_mismatched, label, valid, *, beta: f
 
 
 REFERENCE_FREE = ("orpo", "simpo")  # losses without π_ref: no reference forward, nothing precomputed
-PAIRWISE = {"sigmoid": sigmoid, "ipo": ipo, "hinge": hinge, "robust": robust}  # h-based, with a reference
+PAIRWISE = {"sigmoid": sigmoid, "ipo": ipo, "hinge": hinge, "robust": robust, "dpop": dpop}  # h-based, with a reference
