@@ -230,6 +230,10 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "on_policy_domains: ['count'] needs on_policy_rejected: true" in err
+    path.write_text("algorithm: dpo\nmodel: tiny\ndpop_lambda: 10\nsteps: 2\nwarmup_steps: 0\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dpop_lambda: 10.0 has no effect with loss_type 'sigmoid'" in err
 
 
 def test_on_policy_pairs_reject_the_models_own_flawed_answers(monkeypatch):
