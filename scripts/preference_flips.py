@@ -36,7 +36,7 @@ def main() -> int:
 
     import tunix_lite
     from tunix_lite.data.synthetic import answer_of, preference_pairs
-    from tunix_lite.preference.evaluation import generation_eval, prompt_records
+    from tunix_lite.preference.evaluation import answer_flaw, generation_eval, prompt_records
 
     records = prompt_records(preference_pairs(args.n, seed=2024, split=args.split))
     print(f"| model | exact match of {len(records)} | gained | lost | cut short | numbers copied short |")
@@ -47,7 +47,7 @@ def main() -> int:
         answers = generation_eval(model, tokenizer, records, batch_size=64)
         answers(model)
         texts = answers.task.last_texts
-        right = [(answer_of(t) or "").split() == r["answer"].split() for r, t in zip(records, texts, strict=True)]
+        right = [answer_flaw(t, r["answer"]) == "correct" for r, t in zip(records, texts, strict=True)]
         first = first or right
         gained = sum(a and not b for a, b in zip(right, first))
         lost = sum(b and not a for a, b in zip(right, first))
