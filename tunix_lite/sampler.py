@@ -53,11 +53,12 @@ def top_k_filter(logits: jax.Array, k: int) -> jax.Array:
 
 
 def top_p_filter(logits: jax.Array, p: float | jax.Array) -> jax.Array:
-    """Nucleus filter: keep the smallest set of top tokens whose probability mass reaches p."""
+    """Nucleus filter: keep the smallest set of top tokens whose probability mass reaches p (p >= 1: all of them)."""
     sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
     probs = jax.nn.softmax(sorted_logits, axis=-1)
     mass_before = jnp.cumsum(probs, axis=-1) - probs  # the top token always has 0 before it
-    kept = jnp.where(mass_before < p, sorted_logits, jnp.inf)
+    # p >= 1 keeps every token explicitly: the float32 cumsum can pass 1 before the smallest tail probabilities
+    kept = jnp.where((mass_before < p) | (p >= 1), sorted_logits, jnp.inf)
     threshold = jnp.min(kept, axis=-1, keepdims=True)
     return jnp.where(logits >= threshold, logits, _NEG_INF)
 
