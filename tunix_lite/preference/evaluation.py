@@ -32,19 +32,13 @@ def answer_flaws(texts: Sequence[str], answers: Sequence[str]) -> dict[str, floa
 
 
 def prompt_records(pairs: Sequence[dict], limit: int | None = None) -> list[dict]:
-    """Each distinct prompt of `pairs` once, in order, as a generation check's records {"prompt", "answer",
-    "completion" (the chosen one) [, "domain"]}; at most `limit`. Held-out pairs repeat a prompt where a domain has few
-    questions (the test split's 40 facts pairs ask 10 questions), and a greedy answer to a repeated prompt would count
-    as many times, so a flip of one answer could move exact match by several."""
-    records, seen = [], set()
-    for p in pairs:
-        if limit is not None and len(records) == limit:
-            break
-        if p["prompt"] not in seen:
-            seen.add(p["prompt"])
-            records.append({"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"],
-                            **({"domain": p["domain"]} if "domain" in p else {})})
-    return records
+    """Each distinct prompt of `pairs` once (`distinct_prompts`), in order, as a generation check's records {"prompt",
+    "answer", "completion" (the chosen one) [, "domain"]}; at most `limit`. Held-out pairs repeat a prompt where a
+    domain has few questions (the test split's 40 facts pairs ask 10 questions)."""
+    from tunix_lite.evaluation import distinct_prompts
+
+    return distinct_prompts(({"prompt": p["prompt"], "answer": p["answer"], "completion": p["chosen"],
+                              **({"domain": p["domain"]} if "domain" in p else {})} for p in pairs), limit)
 
 
 def generation_eval(model, tokenizer, records, **task_eval_options):
