@@ -17,6 +17,7 @@ batches and data (configs/distill_tiny.yaml); the variants differ only in the lo
     gkd           half the steps on the student's own samples, scored by the teacher (reverse KL)
     seqce, seqkd  (with --unlabelled) ce / kd on the labelled examples plus unlabelled prompts answered by the
                   teacher (greedy): sequence-level KD (Kim & Rush, 2016); seqkd adds the teacher's soft targets
+    seqkd_feature seqkd + feature matching through a learned projection
     seqgkd        seqkd's data with gkd's on-policy half: the student also samples answers to all of those prompts
 
 By default the students learn from the teacher's own training examples, which it has memorised, so its soft targets
@@ -55,9 +56,10 @@ VARIANTS = {
     "gkd": dict(on_policy_ratio=0.5, divergence="reverse"),
     "seqce": dict(alpha=0.0, teacher=None),
     "seqkd": {},
+    "seqkd_feature": dict(feature_weight=1.0),
     "seqgkd": dict(on_policy_ratio=0.5, divergence="reverse"),
 }
-SEQUENCE_LEVEL = {"seqce", "seqkd", "seqgkd"}  # the labelled examples plus the teacher's answers to the unlabelled prompts
+SEQUENCE_LEVEL = {"seqce", "seqkd", "seqkd_feature", "seqgkd"}  # labelled examples + the teacher's answers
 
 
 def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
