@@ -277,11 +277,9 @@ def main() -> None:
         if args.labels:
             heading, key = (f"## Few labels: {args.labels} labelled examples the teacher never saw"
                             f"{f', {args.unlabelled} prompts it answered' if args.unlabelled else ''}"), "few_labels"
-            if args.keep_blocks:
-                heading += f", a student of the {args.keep_blocks} teacher blocks it misses least ({layers})"
-                key += "_blocks_" + "_".join(map(str, layers))
-            elif layers != base.student_layers:  # another student: a section of its own beside the config's
-                heading += f", a student of teacher blocks {layers}"
+            if args.keep_blocks or layers != base.student_layers:  # another student: a section of its own
+                heading += (f", a student of the {args.keep_blocks} teacher blocks it misses least ({layers})"
+                            if args.keep_blocks else f", a student of teacher blocks {layers}")
                 key += "_blocks_" + "_".join(map(str, layers))
         else:
             heading, key = "## Students on the teacher's own training set", None
