@@ -10,6 +10,8 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py test --name X          # then score the chosen run once on the test split
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
                                                         # (the .md keeps its hand-written part above MARKER)
+    python scripts/rl_results.py gemma                  # after `tunix-lite run configs/grpo_gemma3_270m.yaml`:
+                                                        # its stages -> course/results/06_rl_gemma.{md,png}
 
 Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS), so they
 differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out test split of the
@@ -41,6 +43,8 @@ VARIANTS = {
     "format_only": ("grpo", {"rewards": ["format"]}, "GRPO rewarded for the answer tag alone (reward hacking)"),
 }
 MARKER = "<!-- below: written by `python scripts/rl_results.py table` -->"
+GEMMA_MARKER = "<!-- below: written by `python scripts/rl_results.py gemma` -->"
+GEMMA_RUN = ROOT / "runs" / "grpo_gemma3_270m"
 HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
 
 
@@ -226,27 +230,73 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, dict], path: Path) -> None:
+def plot(results: dict[str, dict], path: Path, keys=("reward/exact_match", "reward/format", "kl", "length"),
+         smooth: int = 1) -> None:
+    """Each run's training curves, one panel per key; `smooth` > 1 draws the mean of that many steps."""
+    import numpy as np
     from matplotlib.figure import Figure
 
-    keys = ("reward/exact_match", "reward/format", "kl", "length")
     fig = Figure(figsize=(3.4 * len(keys), 3), layout="constrained")
     axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     for name, r in results.items():
         for ax, key in zip(axes, keys):
             points = [(h["step"], h[key]) for h in r["history"] if key in h]
-            if points:
-                ax.plot(*zip(*points), label=name)
+            if len(points) >= smooth:
+                steps, values = np.array(points).T
+                window = np.ones(smooth) / smooth
+                ax.plot(steps[smooth - 1:], np.convolve(values, window, "valid"), label=name)
     for ax, key in zip(axes, keys):
-        ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else ""), xlabel="step")
+        ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else ""),
+               xlabel="step" + (f" (mean of {smooth})" if smooth > 1 else ""))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.savefig(path, dpi=110)
 
 
+def gemma_tables(run: Path) -> tuple[str, dict[str, dict]]:
+    """The Gemma pipeline's stages as two markdown tables (held out; training rollouts) and each RL stage's history."""
+    import numpy as np
+
+    import yaml
+
+    held_out = json.loads((run / "report" / "table.json").read_text())
+    timings = json.loads((run / "pipeline.json").read_text())["timings"]
+    spec = yaml.safe_load((run / "pipeline.yaml").read_text())
+    lines = [f"Held out: {spec['evaluation']['n_prompts']} test prompts of {', '.join(spec['data']['domains'])}; "
+             f"greedy answers, and {spec['evaluation']['samples']} samples at temperature 1 (pass@1 = their mean "
+             "exact match).", "",
+             "| stage | greedy exact match | compare | count | pass@1 | pass@4 | maj@4 | sampled format | "
+             "sampled length |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for stage, row in held_out.items():
+        s = row["summary"]
+        lines.append(f"| {stage} | {s['accuracy']:.2f} | {s['accuracy/compare']:.2f} | {s['accuracy/count']:.2f} | "
+                     f"{s['pass@1']:.2f} | {s['pass@4']:.2f} | {s['maj@4']:.2f} | {s['sampled_format']:.2f} | "
+                     f"{s['sampled_length']:.1f} |")
+    histories = {}
+    lines += ["", "Training rollouts (16 completions a step), the first 10 steps -> the last 10:", "",
+              "| stage | seconds (per step) | reward | exact match | format | length | zero-signal groups | "
+              "rollout tokens/s |", "|---|---:|---|---|---|---|---|---:|"]
+    for stage in held_out:
+        metrics = run / stage / "metrics.jsonl"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        if not rows or "reward" not in rows[0]:
+            continue  # not an RL stage
+        histories[stage] = {"history": rows}
+
+        def change(key):
+            values = np.array([r[key] for r in rows])
+            return f"{values[:10].mean():.2f} -> {values[-10:].mean():.2f}"
+
+        t = timings[stage]
+        lines.append(f"| {stage} | {t['seconds']:.0f} ({t['seconds'] / t['steps']:.1f}) | {change('reward')} | "
+                     f"{change('reward/exact_match')} | {change('reward/format')} | {change('length')} | "
+                     f"{change('zero_signal_groups')} | {np.median([r['rollout_tokens_per_s'] for r in rows]):.0f} |")
+    return "\n".join(lines), histories
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("sft", "run", "overfit", "table", "passk", "test"))
+    parser.add_argument("what", choices=("sft", "run", "overfit", "table", "passk", "test", "gemma"))
     parser.add_argument("variant", nargs="?", choices=tuple(VARIANTS))
     parser.add_argument("--steps", type=int, default=None, help="override the config's steps")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -257,6 +307,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=SFT, help="passk: the model to measure")
     parser.add_argument("--temperature", type=float, default=1.0, help="passk: the samples' temperature")
     parser.add_argument("--dir", type=Path, default=OUT / "06_rl", help="where each variant's JSON goes")
+    parser.add_argument("--run", type=Path, default=GEMMA_RUN, help="gemma: the pipeline's output_dir")
     args = parser.parse_args()
     if args.what == "sft":
         run_sft()
@@ -277,6 +328,13 @@ def main() -> int:
         for d, v in result["domains"].items():
             print(f"{d:12s} {v['n']:4d} {v['greedy']:6.2f} {v['sample_mean']:12.2f} {v['pass@8']:7.2f} "
                   f"{v['signal_groups']:14.2f} {v['sample_format']:7.2f}")
+    elif args.what == "gemma":
+        text, histories = gemma_tables(args.run)
+        path = OUT / "06_rl_gemma.md"  # what is above the marker (how it was run, what it shows) is kept
+        kept = path.read_text(encoding="utf-8").split(GEMMA_MARKER)[0] if path.is_file() else ""
+        path.write_text(kept + GEMMA_MARKER + "\n\n" + text + "\n", encoding="utf-8")
+        plot(histories, OUT / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
+        print(text)
     elif args.what == "overfit":
         print("rollout exact match per step:", overfit(args.steps or 30))
     elif args.what == "run":

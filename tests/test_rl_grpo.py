@@ -4,6 +4,7 @@ mini-batches), ratio and KL invariants on a real model, one compile per run, and
 import logging
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -111,7 +112,7 @@ def test_ratio_is_one_at_the_first_inner_iteration_and_kl_is_zero_against_itself
                                atol=1e-4)
 
 
-def test_ppo_reads_log_probs_and_values_from_one_trunk(tokenizer, records):
+def test_ppo_reads_log_probs_and_values_from_one_trunk_and_trains_only_the_head_on_values(tokenizer, records):
     from tunix_lite.models.heads import ScalarHead
 
     policy = small_policy(tokenizer)
@@ -126,6 +127,10 @@ def test_ppo_reads_log_probs_and_values_from_one_trunk(tokenizer, records):
     np.testing.assert_allclose(logp, sequence_log_probs(policy, rows), atol=1e-6)
     np.testing.assert_allclose(values, critic(rows["inputs"], rows["positions"], segment_ids=rows["segment_ids"]),
                                atol=1e-6)
+    # the values train the head alone: through the shared trunk the value loss wrecked a LoRA policy (ppo.py)
+    grads = nnx.grad(lambda c: policy_and_values(c, rows)[1].sum())(critic)
+    assert float(jnp.abs(grads["head"]["kernel"][...]).sum()) > 0
+    assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(grads["backbone"])) == 0.0
     token_rewards = last_token_rewards(np.array([1.0, 2.0, 3.0, 4.0], np.float32), rows["weights"])
     assert token_rewards.sum(axis=1).tolist() == [1.0, 2.0, 3.0, 4.0]
     last = [int(np.flatnonzero(w)[-1]) for w in rows["weights"]]

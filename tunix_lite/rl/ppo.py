@@ -3,17 +3,19 @@
     config = PPOConfig.from_yaml(...)         # the same rollout, reward and clip options as GRPO (RLOptions)
     result = run_ppo(config)
 
-The policy and its value function share the network: a `ScalarHead` reads the policy's own features, so one
-forward pass gives both log-probs and values, and the two losses train one module (Schulman et al. 2017, arXiv
-1707.06347, eq. 9, with a shared trunk). Per rollout: sample, score once with the current weights (old log-probs
-and values V_old), put each completion's reward on its last token, estimate advantages with GAE(gamma, lambda)
-and whiten them, then take inner_iterations x mini_batches steps of `ppo_loss`.
+The policy and its value function share one forward pass: a `ScalarHead` reads the policy's own features, so one
+pass gives both log-probs and values (Schulman et al. 2017, arXiv 1707.06347, eq. 9, with a shared trunk). Per
+rollout: sample, score once with the current weights (old log-probs and values V_old), put each completion's
+reward on its last token, estimate advantages with GAE(gamma, lambda) and whiten them, then take
+inner_iterations x mini_batches steps of `ppo_loss`.
 
 How this departs from PPO for language models as usually written (InstructGPT, arXiv 2203.02155):
 - the KL to the reference is a loss term (beta x k3, as in GRPO), not a per-token penalty folded into the reward,
   so a comparison with GRPO differs only in how advantages are estimated;
-- the value head shares the policy's trunk instead of being a second model (half the compute; value_coef keeps
-  its gradient from swamping the policy's);
+- the value head is a linear head on the policy's features instead of a second model (half the compute), and the
+  value loss trains that head alone: its gradient does not reach the shared trunk. With it, LoRA-PPO of Gemma 3 270M
+  (`configs/grpo_gemma3_270m.yaml`) drove every completion to the length limit and the reward to 0 within 13 steps;
+  eq. 9 trains the trunk on both losses;
 - sequences are the episodes and tokens the actions; gamma defaults to 1 (no discount within a completion).
 """
 
@@ -61,7 +63,9 @@ def policy_and_values(critic: ScalarHead, batch: dict) -> tuple[jax.Array, jax.A
     """(log-probs [B, T], values [B, T]) from one forward pass of the shared trunk."""
     policy = critic.backbone
     features = policy.features(batch["inputs"], batch["positions"], segment_ids=batch.get("segment_ids"))
-    return sequence_log_probs(policy, batch, features), critic.head(features.astype(jnp.float32))[..., 0]
+    # the value loss trains the head alone: through the shared trunk it wrecked the policy (see the module doc)
+    values = critic.head(jax.lax.stop_gradient(features).astype(jnp.float32))[..., 0]
+    return sequence_log_probs(policy, batch, features), values
 
 
 def ppo_loss(critic, batch: dict, frozen, *, epsilon_low: float = 0.2, epsilon_high: float = 0.2, beta: float = 0.0,
