@@ -256,42 +256,50 @@ def plot(results: dict[str, dict], path: Path, keys=("reward/exact_match", "rewa
 def gemma_tables(run: Path) -> tuple[str, dict[str, dict]]:
     """The Gemma pipeline's stages as two markdown tables (held out; training rollouts) and each RL stage's history."""
     import numpy as np
-
     import yaml
 
     held_out = json.loads((run / "report" / "table.json").read_text())
     timings = json.loads((run / "pipeline.json").read_text())["timings"]
     spec = yaml.safe_load((run / "pipeline.yaml").read_text())
-    lines = [f"Held out: {spec['evaluation']['n_prompts']} test prompts of {', '.join(spec['data']['domains'])}; "
-             f"greedy answers, and {spec['evaluation']['samples']} samples at temperature 1 (pass@1 = their mean "
-             "exact match).", "",
-             "| stage | greedy exact match | compare | count | pass@1 | pass@4 | maj@4 | sampled format | "
-             "sampled length |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    domains = spec["data"]["domains"]
+    lines = [f"Held out: {spec['evaluation']['n_prompts']} test prompts of {', '.join(domains)}; greedy answers, and "
+             f"{spec['evaluation']['samples']} samples at temperature 1 (pass@1 = their mean exact match).", "",
+             f"| stage | greedy exact match | {' | '.join(domains)} | pass@1 | pass@4 | maj@4 | sampled format | "
+             "sampled length |", "|---|" + "---:|" * (len(domains) + 6)]
     for stage, row in held_out.items():
         s = row["summary"]
-        lines.append(f"| {stage} | {s['accuracy']:.2f} | {s['accuracy/compare']:.2f} | {s['accuracy/count']:.2f} | "
-                     f"{s['pass@1']:.2f} | {s['pass@4']:.2f} | {s['maj@4']:.2f} | {s['sampled_format']:.2f} | "
+        lines.append(f"| {stage} | {s['accuracy']:.2f} | "
+                     + "".join(f"{s[f'accuracy/{d}']:.2f} | " for d in domains)
+                     + f"{s['pass@1']:.2f} | {s['pass@4']:.2f} | {s['maj@4']:.2f} | {s['sampled_format']:.2f} | "
                      f"{s['sampled_length']:.1f} |")
     histories = {}
-    lines += ["", "Training rollouts (16 completions a step), the first 10 steps -> the last 10:", "",
-              "| stage | seconds (per step) | reward | exact match | format | length | zero-signal groups | "
-              "rollout tokens/s |", "|---|---:|---|---|---|---|---|---:|"]
+    lines += ["", "Training rollouts, the first 10 steps -> the last 10:", "",
+              "| stage | completions a step | seconds (per step) | reward | exact match | format | length | "
+              "zero-signal groups | rollout tokens/s |", "|---|---:|---:|---|---|---|---|---|---:|"]
     for stage in held_out:
         metrics = run / stage / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
         if not rows or "reward" not in rows[0]:
             continue  # not an RL stage
         histories[stage] = {"history": rows}
+        config = yaml.safe_load((run / stage / "config.yaml").read_text())
 
         def change(key):
             values = np.array([r[key] for r in rows])
             return f"{values[:10].mean():.2f} -> {values[-10:].mean():.2f}"
 
         t = timings[stage]
-        lines.append(f"| {stage} | {t['seconds']:.0f} ({t['seconds'] / t['steps']:.1f}) | {change('reward')} | "
+        lines.append(f"| {stage} | {config['batch_size'] * config['group_size']} | {t['seconds']:.0f} "
+                     f"({t['seconds'] / t['steps']:.1f}) | {change('reward')} | "
                      f"{change('reward/exact_match')} | {change('reward/format')} | {change('length')} | "
                      f"{change('zero_signal_groups')} | {np.median([r['rollout_tokens_per_s'] for r in rows]):.0f} |")
     return "\n".join(lines), histories
+
+
+def write_below(path: Path, marker: str, text: str) -> None:
+    """Write `text` under `marker` in `path`, keeping what is above the marker (the hand-written part)."""
+    kept = path.read_text(encoding="utf-8").split(marker)[0] if path.is_file() else ""
+    path.write_text(kept + marker + "\n\n" + text + "\n", encoding="utf-8")
 
 
 def main() -> int:
@@ -330,9 +338,7 @@ def main() -> int:
                   f"{v['signal_groups']:14.2f} {v['sample_format']:7.2f}")
     elif args.what == "gemma":
         text, histories = gemma_tables(args.run)
-        path = OUT / "06_rl_gemma.md"  # what is above the marker (how it was run, what it shows) is kept
-        kept = path.read_text(encoding="utf-8").split(GEMMA_MARKER)[0] if path.is_file() else ""
-        path.write_text(kept + GEMMA_MARKER + "\n\n" + text + "\n", encoding="utf-8")
+        write_below(OUT / "06_rl_gemma.md", GEMMA_MARKER, text)  # above it: how it was run, what it shows
         plot(histories, OUT / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
         print(text)
     elif args.what == "overfit":
@@ -354,9 +360,7 @@ def main() -> int:
     else:
         results = {p.stem: json.loads(p.read_text()) for p in sorted(args.dir.glob("*.json"))}
         text = table(results)
-        path = OUT / "06_rl.md"  # what is above the marker (the status, runs without a JSON) is kept
-        kept = path.read_text(encoding="utf-8").split(MARKER)[0] if path.is_file() else ""
-        path.write_text(kept + MARKER + "\n\n" + text + "\n", encoding="utf-8")
+        write_below(OUT / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
         plot(results, OUT / "06_rl.png")
         print(text)
     return 0
