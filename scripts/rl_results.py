@@ -9,7 +9,8 @@ hacking with a format-only reward (the static results notebooks/06_reinforcement
     python scripts/rl_results.py run grpo --split validation --name X --set ...   # choose settings on validation
     python scripts/rl_results.py test --name X          # then score the chosen run once on the test split
     python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
-                                                        # (the .md keeps its hand-written part above MARKER)
+                                                        # (the plot: the variants; the .md keeps its
+                                                        # hand-written part above MARKER)
     python scripts/rl_results.py gemma                  # after `tunix-lite run configs/grpo_gemma3_270m.yaml`:
                                                         # its stages -> course/results/06_rl_gemma.{md,png}
 
@@ -48,13 +49,13 @@ GEMMA_RUN = ROOT / "runs" / "grpo_gemma3_270m"
 HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
 
 
-def config_for(variant: str, steps: int | None, changes: dict | None = None):
+def config_for(variant: str, steps: int | None, changes: dict | None = None, start: Path = SFT):
     from tunix_lite.training.algorithms import config_class
     from tunix_lite.training.config import read_yaml
 
     algorithm, overrides, _ = VARIANTS[variant]
     values = read_yaml(ROOT / "configs" / "grpo_tiny.yaml") | overrides | (changes or {})
-    values |= {"algorithm": algorithm, "model": str(SFT), "output_dir": None, "n_test": 0, "n_accuracy": 0,
+    values |= {"algorithm": algorithm, "model": str(start), "output_dir": None, "n_test": 0, "n_accuracy": 0,
                "eval_every": 0}
     if steps:
         values |= {"steps": steps, "warmup_steps": min(values.get("warmup_steps", 0), steps // 10)}
@@ -69,22 +70,22 @@ def run_sft() -> None:
 
 
 def run_variant(variant: str, steps: int | None, changes: dict | None = None, *, split: str = "test",
-                save: Path | None = None) -> dict:
-    """Train one variant from the SFT model; accuracy before/after on the test split, or on the validation split
-    when choosing settings (`split`); `save`: also export the trained model there (for `test` later)."""
+                save: Path | None = None, start: Path = SFT) -> dict:
+    """Train one variant from the SFT model (or `start`); accuracy before/after on the test split, or on the
+    validation split when choosing settings (`split`); `save`: also export the trained model there (for `test`)."""
     import importlib
 
     import tunix_lite
     from tunix_lite.training.algorithms import ALGORITHMS
 
-    if not SFT.is_dir():
-        sys.exit(f"{SFT} does not exist: run `python scripts/rl_results.py sft` first")
-    config = config_for(variant, steps, changes)
+    if not start.is_dir():
+        sys.exit(f"{start} does not exist: run `python scripts/rl_results.py sft` first")
+    config = config_for(variant, steps, changes, start)
     module, _, driver = ALGORITHMS[config.algorithm]
     records = test_records() if split == "test" else validation_records()
-    start, tokenizer = tunix_lite.load(str(SFT))
-    before, before_texts = accuracy(start, tokenizer, records)
-    del start
+    model, tokenizer = tunix_lite.load(str(start))
+    before, before_texts = accuracy(model, tokenizer, records)
+    del model
     began = time.perf_counter()
     result = getattr(importlib.import_module(module), driver)(config)
     seconds = time.perf_counter() - began
@@ -96,12 +97,18 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
     history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
     return {"variant": variant, "what": VARIANTS[variant][2],
             "command": f"python scripts/rl_results.py run {variant}" + (f" --steps {steps}" if steps else "")
+                       + (f" --model {_shown(start)}" if start != SFT else "")
                        + "".join(f" --set {k}={json.dumps(v)}" for k, v in (changes or {}).items()),
-            "changes": changes or {}, "split": split,
+            "changes": changes or {}, "split": split, "start": _shown(start),
             "config": {k: getattr(config, k) for k in ("algorithm", "steps", "batch_size", "group_size",
                                                        "max_new_tokens", "learning_rate", "beta", "rewards")},
             "seconds": round(seconds), "accuracy": {"before": before, "after": after}, "history": history,
             "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
+
+
+def _shown(path: Path) -> str:
+    """A path as a command line in the repository would name it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def test_saved(result: dict, model_dir: Path) -> dict:
@@ -109,7 +116,7 @@ def test_saved(result: dict, model_dir: Path) -> dict:
     import tunix_lite
 
     records = test_records()
-    start, tokenizer = tunix_lite.load(str(SFT))
+    start, tokenizer = tunix_lite.load(str(ROOT / result.get("start", SFT)))
     before, before_texts = accuracy(start, tokenizer, records)
     model, _ = tunix_lite.load(str(model_dir / "hf"))
     after, after_texts = accuracy(model, tokenizer, records)
@@ -249,7 +256,7 @@ def plot(results: dict[str, dict], path: Path, keys=("reward/exact_match", "rewa
         ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else ""),
                xlabel="step" + (f" (mean of {smooth})" if smooth > 1 else ""))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[-1].legend(fontsize=8)  # the last panel (length, kl) has every run; a format-only run has no exact match
     fig.savefig(path, dpi=110)
 
 
@@ -312,7 +319,8 @@ def main() -> int:
     parser.add_argument("--name", default=None, help="the JSON's name (default: the variant's)")
     parser.add_argument("--split", choices=("test", "validation"), default="test",
                         help="run: where accuracy is measured (validation to choose settings; then `test NAME`)")
-    parser.add_argument("--model", type=Path, default=SFT, help="passk: the model to measure")
+    parser.add_argument("--model", type=Path, default=SFT, help="run: the model to start from; passk: the model "
+                        "to measure (default: the SFT model)")
     parser.add_argument("--temperature", type=float, default=1.0, help="passk: the samples' temperature")
     parser.add_argument("--dir", type=Path, default=OUT / "06_rl", help="where each variant's JSON goes")
     parser.add_argument("--run", type=Path, default=GEMMA_RUN, help="gemma: the pipeline's output_dir")
@@ -349,7 +357,8 @@ def main() -> int:
         changes = {k: _value(v) for k, v in (item.split("=", 1) for item in args.set)}
         name = args.name or args.variant
         save = ROOT / "runs" / "rl_results" / name if args.split == "validation" else None
-        result = run_variant(args.variant, args.steps, changes, split=args.split, save=save)
+        result = run_variant(args.variant, args.steps, changes, split=args.split, save=save,
+                             start=args.model.resolve())
         if args.split == "validation":
             args.dir = OUT / "06_rl_validation"
             result["command"] += f" --split validation --name {name}"
@@ -358,10 +367,12 @@ def main() -> int:
         print(json.dumps({k: result[k] for k in ("variant", "seconds")} | {
             "before": result["accuracy"]["before"]["all"], "after": result["accuracy"]["after"]["all"]}))
     else:
-        results = {p.stem: json.loads(p.read_text()) for p in sorted(args.dir.glob("*.json"))}
+        found = {p.stem: json.loads(p.read_text()) for p in args.dir.glob("*.json")}
+        variants = [k for k in VARIANTS if k in found]  # first, in VARIANTS' order; then the settings tried
+        results = {k: found[k] for k in variants + sorted(set(found) - set(variants))}
         text = table(results)
         write_below(OUT / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
-        plot(results, OUT / "06_rl.png")
+        plot({k: found[k] for k in variants} or results, OUT / "06_rl.png", smooth=10)  # the variants side by side
         print(text)
     return 0
 

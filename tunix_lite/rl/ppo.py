@@ -16,7 +16,12 @@ How this departs from PPO for language models as usually written (InstructGPT, a
   value loss trains that head alone. When its gradient reached the shared trunk too, LoRA-PPO of Gemma 3 270M
   (`configs/grpo_gemma3_270m.yaml`) drove every completion to the length limit and the reward to 0 within 13 steps;
   eq. 9 trains the trunk on both losses;
-- sequences are the episodes and tokens the actions; gamma defaults to 1 (no discount within a completion).
+- sequences are the episodes and tokens the actions; gamma defaults to 1 (no discount within a completion), and
+  so does lambda (verl's defaults too; the PPO paper's 0.95 was tuned on control tasks that reward every step).
+  With one reward at the end, lambda < 1 gives a token far from the end an advantage made of the value head's
+  guesses: lambda 0.95 took the tiny model's sorting answers (the longest, ~90 tokens) from 0.63 to 0.13 held out
+  by teaching it to stop early, and left LoRA-PPO of Gemma 3 270M flat; lambda 1 did neither
+  (course/results/06_rl.md, 06_rl_gemma.md).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class PPOConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, Mo
 
     algorithm: ClassVar[str] = "ppo"
     gamma: float = option(1.0, "discount per token", gt=0, le=1)
-    lam: float = option(0.95, "GAE lambda: 0 trusts the value head, 1 the sampled return", ge=0, le=1)
+    lam: float = option(1.0, "GAE lambda: 1 uses the value head only as a baseline (R - V), 0 trusts its "
+                        "predictions", ge=0, le=1)
     value_coef: float = option(0.1, "weight of the value loss beside the policy loss", ge=0)
     value_clip: float = option(0.2, "the value may move this far from V_old before the clipped loss takes over", gt=0)
     whiten_advantages: bool = option(True, "normalise advantages to mean 0, std 1 over each rollout's tokens")
