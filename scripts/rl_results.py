@@ -79,7 +79,8 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
     from tunix_lite.training.algorithms import ALGORITHMS
 
     if not start.is_dir():
-        sys.exit(f"{start} does not exist: run `python scripts/rl_results.py sft` first")
+        sys.exit(f"{start} does not exist: " + ("run `python scripts/rl_results.py sft` first" if start == SFT
+                                                 else "--model names a saved model's folder"))
     config = config_for(variant, steps, changes, start)
     module, _, driver = ALGORITHMS[config.algorithm]
     records = test_records() if split == "test" else validation_records()

@@ -13,9 +13,9 @@ How this departs from PPO for language models as usually written (InstructGPT, a
 - the KL to the reference is a loss term (beta x k3, as in GRPO), not a per-token penalty folded into the reward,
   so a comparison with GRPO differs only in how advantages are estimated;
 - the value head is a linear head on the policy's features instead of a second model (half the compute), and the
-  value loss trains that head alone. When its gradient reached the shared trunk too, LoRA-PPO of Gemma 3 270M
-  (`configs/grpo_gemma3_270m.yaml`) drove every completion to the length limit and the reward to 0 within 13 steps;
-  eq. 9 trains the trunk on both losses;
+  value loss trains that head alone, where eq. 9 trains the shared trunk on both losses: when the value gradient
+  reached the trunk too, LoRA-PPO of Gemma 3 270M (`configs/grpo_gemma3_270m.yaml`) drove every completion to the
+  length limit and the reward to 0 within 13 steps;
 - sequences are the episodes and tokens the actions; gamma defaults to 1 (no discount within a completion), and
   so does lambda (verl's defaults too; the PPO paper's 0.95 was tuned on control tasks that reward every step).
   With one reward at the end, lambda < 1 gives a token far from the end an advantage made of the value head's
