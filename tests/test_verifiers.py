@@ -1,5 +1,6 @@
-"""Verifiers: a check that hangs, crashes, raises or eats memory costs a zero reward and a fresh worker, never the
-run; the checks themselves (math, code, worked steps) against hand-written cases.
+"""Verifiers: a check that hangs, crashes, raises or eats memory costs a zero reward and a fresh
+worker, never the run; the checks themselves (math, code, worked steps) against hand-written cases.
+Attacks on the pool are in test_sandbox_security.py.
 
 No JAX here: the workers import only tunix_lite.verifiers and this module.
 """
@@ -9,8 +10,9 @@ import time
 
 import pytest
 
-from tunix_lite.verifiers import (VerifierPool, check_code, check_math, check_steps, evaluate_expression, reward_code,
-                                  reward_math, reward_steps, verifier_reward)
+from tunix_lite.verifiers import (VerifierPool, _judge, check_code, check_math, check_steps,
+                                  evaluate_expression, reward_code, reward_math, reward_steps,
+                                  verifier_reward)
 
 
 # Check functions the workers import by name (they must live at the top level of a module).
@@ -56,17 +58,20 @@ def pool():
 
 def test_hangs_crashes_errors_and_memory_bombs_score_zero_and_the_pool_goes_on(pool):
     start = time.monotonic()
-    calls = [(echo, (0.25,)), (hang, ()), (die, ()), (boom, ()), (allocate, ()), (not_a_number, ()), (echo, (1.0,))]
+    calls = [(echo, (0.25,)), (hang, ()), (die, ()), (boom, ()), (allocate, ()), (not_a_number, ()),
+             (echo, (1.0,))]
     results = [pool.map(fn, [args])[0] for fn, args in calls]
     assert results == [0.25, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert time.monotonic() - start < 30
     assert pool.stats["timeouts"] == 1 and pool.stats["crashes"] == 1 and pool.stats["errors"] == 3
     assert any("RuntimeError: bad check" in e for e in pool.last_errors)
-    assert pool.map(echo, [(i,) for i in range(5)]) == [0.0, 1.0, 2.0, 3.0, 4.0]  # in order, workers replaced
+    # in order, workers replaced
+    assert pool.map(echo, [(i,) for i in range(5)]) == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
 def test_a_hanging_call_does_not_hold_up_the_others(pool):
-    """Two workers: the hanging call takes one for `timeout` seconds while the other answers everything else."""
+    """Two workers: the hanging call takes one for `timeout` seconds while the other answers the
+    rest."""
     start = time.monotonic()
     out = pool.map(sleep_then, [(100, 9.0)] + [(0.01, float(i)) for i in range(6)])
     assert out == [0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
@@ -99,7 +104,8 @@ def test_check_steps_is_a_reference_free_arithmetic_check():
     assert check_steps("5 + 3 = 8. 8 * 2 = 16. <answer>16</answer>") == 1.0
     assert check_steps("<reasoning>5 + 3 = 8. 8 * 2 = 16.</reasoning><answer>16</answer>") == 1.0
     assert check_steps("5 + 3 = 9. 9 * 2 = 18. <answer>18</answer>") == 0.0  # a false step
-    assert check_steps("5 + 3 = 8. 8 * 2 = 16. <answer>17</answer>") == 0.0  # the answer is not the last result
+    # the answer is not the last result
+    assert check_steps("5 + 3 = 8. 8 * 2 = 16. <answer>17</answer>") == 0.0
     assert check_steps("Sort: 1, 2. <answer>1, 2</answer>") == 0.5  # nothing to check
     assert check_steps("5 + 3 = 8.") == 0.0  # no answer
 
@@ -119,13 +125,40 @@ def test_rewards_follow_trls_convention_and_survive_bad_completions():
     assert time.monotonic() - start < 30  # the huge power timed out instead of running for hours
     code = ["<answer>def f(): return 1</answer>", "```python\ndef f():\n    while True: pass\n```"]
     assert reward_code(None, code, tests=["assert f() == 1"] * 2) == [1.0, 0.0]
-    assert reward_steps(None, ["2 + 2 = 4. <answer>4</answer>", "2 + 2 = 5. <answer>5</answer>"]) == [1.0, 0.0]
+    steps = ["2 + 2 = 4. <answer>4</answer>", "2 + 2 = 5. <answer>5</answer>"]
+    assert reward_steps(None, steps) == [1.0, 0.0]
 
 
 def test_a_users_check_runs_in_the_pool_with_its_columns(pool):
     reward = verifier_reward(answer_is_even, columns=("modulus",), pool=pool)
     assert reward.__name__ == "answer_is_even"
     completions = ["<answer>4</answer>", "<answer>5</answer>", "<answer>oops</answer>"]
-    assert reward(None, completions, modulus=[2, 2, 2], answer=["x"] * 3) == [1.0, 0.0, 0.0]  # int('oops') raised
+    # int('oops') raised
+    assert reward(None, completions, modulus=[2, 2, 2], answer=["x"] * 3) == [1.0, 0.0, 0.0]
     with pytest.raises(KeyError, match=r"needs the dataset columns \['modulus'\]"):
         reward(None, completions, answer=["x"] * 3)
+
+
+def test_arguments_cross_to_the_workers_as_json_only(pool):
+    with pytest.raises(TypeError, match="must be JSON data"):
+        pool.map(echo, [(object(),)])
+    with pytest.raises(TypeError, match="top level of a module"):
+        pool.map(lambda x: x, [(1,)])
+
+
+def test_a_test_against_a_literal_keeps_the_expected_value_here():
+    probe, verdict = _judge("assert f(2) == 4")
+    assert probe == ("eval", "f(2)") and verdict(4) and not verdict(5)
+    probe, verdict = _judge("assert [1, 2] == sorted_copy(x)")
+    assert probe == ("eval", "sorted_copy(x)") and verdict([1, 2])
+    assert _judge("assert is_prime(7)")[0] == ("eval", "is_prime(7)")
+    assert _judge("x = f(2)")[0] == ("exec", "x = f(2)")
+    assert _judge("assert (")[0] is None
+
+
+def test_a_hanging_program_is_a_timeout_of_its_own_sandbox(pool):
+    timeouts = pool.stats["timeouts"]
+    start = time.monotonic()
+    programs = [("while True: pass", "assert True"), ("def f(): return 1", "assert f() == 1")]
+    assert pool.map(check_code, programs) == [0.0, 1.0]
+    assert pool.stats["timeouts"] == timeouts + 1 and time.monotonic() - start < 10

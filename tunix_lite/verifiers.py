@@ -18,16 +18,24 @@ so the GRPO trainer (and TRL's) can use them as they are; they share one pool pe
   passes (see `check_code`);
 - `verifier_reward(check)`: any check function of your own, `check(answer, **row) -> float`, run the same way.
 
-Workers are separate processes started with "spawn" (never fork: a forked JAX process can deadlock), so a check
-function must be importable: defined at the top level of a module (a notebook cell's function is not), and its
-arguments must pickle. A worker imports only this module, not JAX. This is isolation against accidents (hangs,
-crashes, runaway memory), not a security sandbox: the code runs with your user's permissions.
+Trusted checks (ours, or yours: a function of a module applied to the answer *string*) run in warm
+worker processes started with "spawn" (never fork: a forked JAX process can deadlock), so a check
+function must be importable: defined at the top level of a module (a notebook cell's function is
+not). Its arguments and its result travel as JSON (strings, numbers, lists, dicts), never pickle, so
+a worker cannot send code back into the trainer. A worker imports only this module, not JAX.
+
+Model-written *code* never runs there. `check_code` (and any check marked `@untrusted_check`) is
+called in the trainer's threads and runs the program through `tunix_lite.sandbox`: a fresh, confined
+interpreter per call that returns plain values, compared here with expected values it never sees
+(the threat model, and what holds on which OS, are in that module's docstring).
 """
 
 from __future__ import annotations
 
 import ast
 import atexit
+import importlib
+import json
 import math
 import multiprocessing
 import operator
@@ -35,14 +43,59 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
+
+from tunix_lite.sandbox import harden_current_process, run_untrusted
 
 TIMEOUT = 2.0  # seconds per call
 MEMORY_MB = 1024  # address-space limit per worker (Linux), so `"x" * 10**12` fails in the worker, not the machine
+MAX_MESSAGE = 2**20  # bytes: a worker's answer is a float; anything longer is not one
+
+
+def untrusted_check(check: Callable[..., float]) -> Callable[..., float]:
+    """Mark a check that runs model-written code itself, through `tunix_lite.sandbox.run_untrusted`:
+    the pool then calls it in the trainer's threads as `check(*args, timeout=pool.timeout)`, never
+    in a warm worker."""
+    check.untrusted = True
+    return check
+
+
+def _resolve(name: str) -> Callable[..., float]:
+    """"module:qualname" -> the function (imported here, in the worker, from a name: no pickle)."""
+    module, _, qualname = name.partition(":")
+    target = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _name(fn: Callable) -> str:
+    """The name a worker imports `fn` by: JSON carries names, never code."""
+    name = f"{getattr(fn, '__module__', None)}:{getattr(fn, '__qualname__', '<none>')}"
+    if "<" in name or name.startswith("None:"):  # a lambda, a local function, a partial
+        raise TypeError(f"a check must be a function defined at the top level of a module, "
+                        f"got {fn!r}")
+    return name
+
+
+def _dumps(message) -> bytes:
+    """JSON, with numpy scalars and arrays (a dataset column's values) as their Python values."""
+    def plain(value):
+        if hasattr(value, "tolist"):
+            return value.tolist()
+        raise TypeError(f"a verifier's arguments must be JSON data (str, numbers, lists, dicts), "
+                        f"got {type(value).__name__}")
+
+    return json.dumps(message, default=plain).encode()
 
 
 def _worker(conn, memory_mb: int | None) -> None:
-    """A worker's loop: receive (fn, args), send back float(fn(*args)) or the error's text; None stops it."""
+    """A worker's loop: receive [function name, args, kwargs] as JSON, send back ["ok", float] or
+    ["error", text]; an empty message stops it."""
+    harden_current_process()
+    if hasattr(os, "setsid"):
+        os.setsid()  # its own process group: a scorer gone wrong cannot killpg the trainer
     if memory_mb:
         try:
             import resource
@@ -51,20 +104,25 @@ def _worker(conn, memory_mb: int | None) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (ImportError, ValueError, OSError):  # not Linux, or a lower hard limit: run without it
             pass
-    conn.send(("ready", 0.0))
+    conn.send_bytes(_dumps(["ready", 0.0]))
     while True:
         try:
-            task = conn.recv()
+            task = conn.recv_bytes()
         except EOFError:
             return
-        if task is None:
+        if not task:
             return
-        fn, args = task  # unpickled by recv: fn's module is imported by now, outside the call's timeout
-        conn.send(("started", 0.0))
         try:
-            conn.send(("ok", float(fn(*args))))
+            name, args, kwargs = json.loads(task)
+            fn = _resolve(name)  # imports fn's module, outside the call's timeout
+        except BaseException as e:  # noqa: BLE001 - a name that does not resolve: an error
+            conn.send_bytes(_dumps(["error", f"{type(e).__name__}: {e}"[:200]]))
+            continue
+        conn.send_bytes(_dumps(["started", 0.0]))
+        try:
+            conn.send_bytes(_dumps(["ok", float(fn(*args, **kwargs))]))
         except BaseException as e:  # noqa: BLE001 - whatever the check does, the worker answers
-            conn.send(("error", f"{type(e).__name__}: {e}"[:200]))
+            conn.send_bytes(_dumps(["error", f"{type(e).__name__}: {e}"[:200]]))
 
 
 class _Worker:
@@ -75,14 +133,21 @@ class _Worker:
         self.process = context.Process(target=_worker, args=(child, memory_mb), daemon=True)
         self.process.start()
         child.close()
-        if not self.conn.poll(self.STARTUP) or self.conn.recv()[0] != "ready":
+        if not self.conn.poll(self.STARTUP) or self.receive()[0] != "ready":
             self.stop(kill=True)
             raise RuntimeError(f"a verifier worker process did not start within {self.STARTUP:g} s")
+
+    def receive(self) -> list:
+        """The worker's next answer, parsed as JSON only; anything else raises, as a crash would."""
+        message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
+        if not (isinstance(message, list) and len(message) == 2 and isinstance(message[0], str)):
+            raise ValueError(f"not an answer: {str(message)[:100]}")
+        return message
 
     def stop(self, kill: bool = False) -> None:
         if not kill:
             try:
-                self.conn.send(None)
+                self.conn.send_bytes(b"")
             except (OSError, ValueError):
                 kill = True
         if kill:
@@ -96,7 +161,8 @@ class VerifierPool:
 
     `map(fn, args)` returns one float per argument tuple, in order: fn's value, or `failed` (0.0: a zero reward) when
     it raised, returned something that is not a finite number, crashed its worker or timed out (the worker is killed
-    and replaced).
+    and replaced). A check marked `@untrusted_check` (such as `check_code`) runs in up to `workers`
+    threads of this process instead, each call in its own sandbox, given `timeout=`.
     `stats` counts calls, timeouts, crashes and errors since the pool started; `last_errors` keeps a few messages.
     Workers start on first use; `close()` (or leaving a `with` block) stops them.
     """
@@ -108,6 +174,7 @@ class VerifierPool:
         if self.size < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.timeout, self.memory_mb = timeout, memory_mb
+        harden_current_process()  # the trainer holds tokens: keep other processes out of its memory
         self._context = multiprocessing.get_context("spawn")
         self._idle: list[_Worker] = []
         self.stats = {"calls": 0, "timeouts": 0, "crashes": 0, "errors": 0}
@@ -125,20 +192,28 @@ class VerifierPool:
         return self._failed_value
 
     def map(self, fn: Callable[..., float], args: Sequence[tuple], *, failed: float = 0.0) -> list[float]:
+        return self.call(fn, [(tuple(a), {}) for a in args], failed=failed)
+
+    def call(self, fn: Callable[..., float], calls: Sequence[tuple[tuple, dict]], *,
+             failed: float = 0.0) -> list[float]:
+        """`map` with keyword arguments: one `(args, kwargs)` pair per call."""
         self._failed_value = failed
-        results: list[float] = [failed] * len(args)
-        pending = list(enumerate(args))[::-1]  # popped from the end: first in, first out
-        busy: dict = {}  # connection -> (worker, index, started)
-        self.stats["calls"] += len(args)
+        self.stats["calls"] += len(calls)
+        if getattr(fn, "untrusted", False):
+            return self._in_sandboxes(fn, calls)
+        messages = [_dumps([_name(fn), list(a), kw]) for a, kw in calls]  # not JSON: fail up front
+        results: list[float] = [failed] * len(calls)
+        pending = list(enumerate(messages))[::-1]  # popped from the end: first in, first out
+        busy: dict = {}  # connection -> (worker, index, ends)
         while pending or busy:
             while pending and len(busy) < self.size:
                 worker = self._idle.pop() if self._idle else _Worker(self._context, self.memory_mb)
-                index, task_args = pending.pop()
+                index, message = pending.pop()
                 try:
-                    worker.conn.send((fn, tuple(task_args)))
+                    worker.conn.send_bytes(message)
                 except (OSError, ValueError):  # the worker died while idle: start another and retry
                     worker.stop(kill=True)
-                    pending.append((index, task_args))
+                    pending.append((index, message))
                     continue
                 # the clock: _Worker.STARTUP until the worker has loaded the call (imports), then `timeout`
                 busy[worker.conn] = (worker, index, time.monotonic() + _Worker.STARTUP)
@@ -146,20 +221,18 @@ class VerifierPool:
             for conn in wait(list(busy), timeout=max(0.0, soonest - time.monotonic())):
                 worker, index, ends = busy.pop(conn)
                 try:
-                    status, value = conn.recv()
-                except (EOFError, OSError):
+                    status, value = worker.receive()
+                except (EOFError, OSError, ValueError):
                     worker.stop(kill=True)
-                    results[index] = self._failed("crashes", f"call {index}: the worker died (exit code "
-                                                             f"{worker.process.exitcode})")
+                    exit_code = worker.process.exitcode
+                    results[index] = self._failed("crashes", f"call {index}: the worker died or "
+                                                  f"garbled its answer (exit code {exit_code})")
                     continue
                 if status == "started":
                     busy[conn] = (worker, index, time.monotonic() + self.timeout)
                     continue
                 self._idle.append(worker)
-                if status == "ok" and math.isfinite(value):
-                    results[index] = value
-                else:
-                    results[index] = self._failed("errors", f"call {index}: {value if status != 'ok' else 'non-finite'}")
+                results[index] = self._result(index, status, value)
             now = time.monotonic()
             for conn, (worker, index, ends) in list(busy.items()):
                 if now >= ends:
@@ -167,6 +240,30 @@ class VerifierPool:
                     worker.stop(kill=True)
                     results[index] = self._failed("timeouts", f"call {index}: no answer in {self.timeout:g} s")
         return results
+
+    def _result(self, index: int, status: str, value) -> float:
+        if status == "ok" and type(value) in (int, float) and math.isfinite(value):
+            return float(value)
+        problem = value if status != "ok" else "not a finite number"
+        return self._failed("errors", f"call {index}: {problem}")
+
+    def _in_sandboxes(self, fn: Callable[..., float],
+                      calls: Sequence[tuple[tuple, dict]]) -> list[float]:
+        """Each call of an untrusted check in a thread here; the check runs its own sandbox."""
+        def one(index: int) -> tuple[str, object]:
+            args, kwargs = calls[index]
+            try:
+                return "ok", float(fn(*args, **kwargs, timeout=self.timeout))
+            except TimeoutError:
+                return "timeouts", f"no answer in {self.timeout:g} s"
+            except Exception as e:  # noqa: BLE001 - a failed check scores `failed`, the run goes on
+                return "errors", f"{type(e).__name__}: {e}"[:200]
+
+        with ThreadPoolExecutor(max_workers=self.size) as threads:
+            answers = list(threads.map(one, range(len(calls))))
+        return [self._result(i, *answer) if answer[0] == "ok"  # counted here, in one thread
+                else self._failed(answer[0], f"call {i}: {answer[1]}")
+                for i, answer in enumerate(answers)]
 
     def close(self) -> None:
         for worker in self._idle:
@@ -186,7 +283,7 @@ def default_pool() -> VerifierPool:
     return _DEFAULT
 
 
-# ----------------------------------------------------------------------------- checks (run inside the workers)
+# ----------------------------------------------------------------------------- checks
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
@@ -221,17 +318,27 @@ def _numbers(text: str) -> list[float] | None:
         return None
 
 
-def check_math(predicted: str | None, reference: str, rel_tol: float = 1e-6) -> float:
+def check_math(predicted: str | None, reference: str, rel_tol: float = 1e-6, latex=None) -> float:
     """1.0 when `predicted` equals `reference`: as numbers (`"32/2"` equals `"16"`), as lists of numbers
-    (`"3, 5, 7"`), else as whitespace-normalised text; 0.0 otherwise (or when there is no prediction)."""
+    (`"3, 5, 7"`), else as whitespace-normalised text; 0.0 otherwise (or when there is no prediction).
+
+    `latex`: math-verify's `(parse, verify)`, to also accept what those rules cannot read when the
+    reference holds a digit or a backslash: `\\frac{1}{2}` for `0.5`, `1+x^2` for `x^2+1`. Plain words
+    never reach it: read as math, `bleu` is the product b*l*e*u, equal to `blue`. The reward passes it
+    through `tunix_lite.math_latex.check_math_latex` where math-verify is installed."""
     if predicted is None:
         return 0.0
-    expected = _numbers(reference)
-    if expected is not None:
-        got = _numbers(predicted)
-        return float(got is not None and len(got) == len(expected)
+    expected, got = _numbers(reference), _numbers(predicted)
+    if expected is not None and got is not None:
+        return float(len(got) == len(expected)
                      and all(math.isclose(g, e, rel_tol=rel_tol, abs_tol=1e-9) for g, e in zip(got, expected)))
-    return float(predicted.split() == reference.split())
+    if predicted.split() == reference.split():
+        return 1.0
+    if latex is None or not re.search(r"[\\\d]", reference):
+        return 0.0
+    parse, verify = latex
+    # $...$: read as math; unwrapped, math-verify compares a comma list by its last number only
+    return float(verify(parse(f"${reference}$"), parse(f"${predicted}$")))
 
 
 _EQUATION = re.compile(r"(\d[\d\s+\-*/().]*?)\s*=\s*(\d+)")
@@ -261,26 +368,72 @@ def check_steps(completion: str) -> float:
 _CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 
 
-def check_code(program: str | None, tests: str | Sequence[str]) -> float:
-    """The fraction of `tests` (Python statements, usually asserts; a string holds one per line) that pass after
-    running `program`. A program that raises scores 0.0; one that never ends is stopped by the pool's timeout."""
-    if not program:
+_COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+                ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                ast.Is: operator.is_, ast.IsNot: operator.is_not,
+                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _literal(node: ast.expr) -> tuple[bool, object]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _judge(test: str) -> tuple[tuple[str, str] | None, Callable[[object], bool]]:
+    """How one test is judged: the probe the sandbox evaluates, and the verdict on its plain value,
+    made here.
+
+    `assert call(...) == literal` (any one comparison with a literal side): the sandbox evaluates
+    only the other side; the literal, and so the expected answer, never leaves this process. Any
+    other `assert expr`: the sandbox evaluates `expr`, which passes when its plain value is truthy.
+    Other statements pass when they run without raising. Only the first kind is safe from a program
+    that hooks its own interpreter to report whatever the test wants, so write tests that way."""
+    try:
+        body = ast.parse(test).body
+    except (SyntaxError, ValueError):
+        return None, lambda value: False
+    if len(body) != 1 or not isinstance(body[0], ast.Assert):
+        return ("exec", test), lambda value: True
+    expression = body[0].test
+    if isinstance(expression, ast.Compare) and len(expression.ops) == 1:
+        compare = _COMPARISONS.get(type(expression.ops[0]))
+        other = expression.comparators[0]
+        (left_known, left), (right_known, right) = _literal(expression.left), _literal(other)
+        if compare and right_known and not left_known:
+            return ("eval", ast.unparse(expression.left)), lambda value: compare(value, right)
+        if compare and left_known and not right_known:
+            return ("eval", ast.unparse(other)), lambda value: compare(left, value)
+    return ("eval", ast.unparse(expression)), bool
+
+
+@untrusted_check
+def check_code(program: str | None, tests: str | Sequence[str], *,
+               timeout: float = TIMEOUT) -> float:
+    """The fraction of `tests` (Python statements, usually asserts; a string holds one per line)
+    that pass after running `program` in a fresh sandboxed interpreter (`tunix_lite.sandbox`),
+    judged here (see `_judge`). The program sees the standard library only (no site-packages). A
+    program that raises scores 0.0; one that runs past `timeout` seconds raises TimeoutError (the
+    pool counts it as a timeout and scores 0.0)."""
+    lines = [t for t in (tests.splitlines() if isinstance(tests, str) else tests) if t.strip()]
+    if not program or not lines:
         return 0.0
     block = _CODE_BLOCK.search(program)
-    namespace: dict = {"__name__": "__verifier__"}
-    try:
-        exec(compile(block.group(1) if block else program, "<completion>", "exec"), namespace)  # noqa: S102
-    except BaseException:  # noqa: BLE001 - a program that fails to run passes no test
+    judged = [_judge(test) for test in lines]
+    sent = [i for i, (probe, _) in enumerate(judged) if probe is not None]
+    outcome = run_untrusted(block.group(1) if block else program, [judged[i][0] for i in sent],
+                            timeout=timeout)
+    if outcome.program != "ok":
         return 0.0
-    lines = [t for t in (tests.splitlines() if isinstance(tests, str) else tests) if t.strip()]
     passed = 0
-    for test in lines:
-        try:
-            exec(compile(test, "<test>", "exec"), namespace)  # noqa: S102
-            passed += 1
-        except BaseException:  # noqa: BLE001
-            pass
-    return passed / len(lines) if lines else 0.0
+    for probe_index, test_index in enumerate(sent):
+        if probe_index in outcome.values:
+            try:
+                passed += bool(judged[test_index][1](outcome.values[probe_index]))
+            except Exception:  # noqa: BLE001 - a value that cannot be compared fails its test
+                pass
+    return passed / len(lines)
 
 
 # ----------------------------------------------------------------------------- rewards (TRL's convention)
@@ -293,9 +446,19 @@ def _answers(completions: Sequence[str]) -> list[str | None]:
 
 
 def reward_math(prompts, completions: Sequence[str], answer: Sequence[str], **columns) -> list[float]:
-    """1.0 per completion whose tagged answer `check_math` accepts against the `answer` column, run in the
-    default pool (a hanging or crashing check scores 0.0)."""
-    return default_pool().map(check_math, list(zip(_answers(completions), answer, strict=True)))
+    """1.0 per completion whose tagged answer `check_math` accepts against the `answer` column (with
+    math-verify for LaTeX answers where it is installed: the [tasks] extra), run in the default pool (a
+    hanging or crashing check scores 0.0)."""
+    return default_pool().map(_math_check(), list(zip(_answers(completions), answer, strict=True)))
+
+
+def _math_check() -> Callable[..., float]:
+    """check_math, or with math-verify (tunix_lite.math_latex) where math-verify is installed."""
+    try:
+        from tunix_lite.math_latex import check_math_latex
+    except ImportError:
+        return check_math
+    return check_math_latex
 
 
 def reward_code(prompts, completions: Sequence[str], tests: Sequence, **columns) -> list[float]:
@@ -322,17 +485,15 @@ class _PoolReward:
         if missing:
             raise KeyError(f"verifier {self.__name__} needs the dataset columns {missing}; it got {sorted(columns)}")
         rows = zip(_answers(completions), *(columns[c] for c in self.columns), strict=True)
-        return (self.pool or default_pool()).map(_call_with_columns, [(self.check, self.columns, r) for r in rows])
-
-
-def _call_with_columns(check, names, row) -> float:
-    answer, *values = row
-    return check(answer, **dict(zip(names, values)))
+        calls = [((answer,), dict(zip(self.columns, values))) for answer, *values in rows]
+        return (self.pool or default_pool()).call(self.check, calls)
 
 
 def verifier_reward(check: Callable[..., float], columns: Sequence[str] = ("answer",), *,
                     pool: VerifierPool | None = None) -> Callable[..., list[float]]:
     """A TRL-style reward that runs `check(tagged_answer, **{column: value})` for every completion in a worker pool
     (the default pool unless given): a check that hangs, crashes or raises scores 0.0 instead of ending the run.
-    `check` must be importable (defined at the top level of a module) so that worker processes can load it."""
+    `check` must be importable (defined at the top level of a module) so that worker processes can
+    load it, and gets the answer as a string: a check that runs it as code must do so through
+    `tunix_lite.sandbox` and be marked `@untrusted_check` (as `check_code` is), never exec it."""
     return _PoolReward(check, columns, pool)

@@ -1,0 +1,293 @@
+"""The verifier pool under attack: every way a hostile program got through before (issue 34), each
+asserting the honest outcome: score 0 for forgeries, no file outside the sandbox, no secret in any
+output, no survivor process, this (trainer) process alive, no byte received by a listener.
+
+What the sandbox can enforce depends on the kernel (`sandbox.capabilities()`); a test that needs
+namespaces or Landlock says so in its skip reason. No JAX here.
+"""
+
+import os
+import pickle
+import signal
+import socket
+import stat
+import struct
+import time
+import uuid
+
+import pytest
+
+from tunix_lite import sandbox
+from tunix_lite.verifiers import VerifierPool, check_code, verifier_reward
+
+TESTS = "assert add(2, 2) == 4\nassert add(1, 5) == 6\nassert add(-1, 1) == 0"
+CAN = sandbox.capabilities()
+SIGNALS_SCOPED = CAN.get("namespaces") or CAN.get("landlock", 0) >= 6
+needs_signal_scope = pytest.mark.skipif(
+    not SIGNALS_SCOPED, reason="no PID namespace and no Landlock ABI >= 6 here: a program can "
+    "signal the trainer by pid (see tunix_lite/sandbox.py), so this attack would end the test run")
+needs_landlock = pytest.mark.skipif(
+    not CAN.get("landlock"), reason="no Landlock here: a program can read and write wherever its "
+    "user can (see tunix_lite/sandbox.py)")
+
+
+class Marker:
+    """Unpickling this creates a file: proof that a pickle from outside ran in the trainer."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def flood_pipes(payload_hex: str) -> float:
+    """A check that has taken over its worker: write a framed pickle to every socket it holds (its
+    answer channel to the trainer among them)."""
+    payload = bytes.fromhex(payload_hex)
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.write(fd, struct.pack("!i", len(payload)) + payload)
+        except OSError:
+            pass
+    return 1.0
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with VerifierPool(workers=2, timeout=5.0) as p:
+        yield p
+
+
+def test_honest_programs_still_score_right(pool):
+    right, wrong = "def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"
+    assert pool.map(check_code, [(right, TESTS), (wrong, TESTS)]) == [1.0, 0.0]
+    assert check_code("def f():\n    return [1, (2, 'x')]", "assert f() == [1, (2, 'x')]") == 1.0
+    assert check_code("def f():\n    return None", "assert f() is None\nassert f() != 3") == 1.0
+
+
+def test_an_object_whose_eq_is_always_true_scores_zero(pool):
+    always = """
+class Anything:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __bool__(self): return True
+class Four(int):
+    def __eq__(self, other): return True
+def add(a, b): return Anything() if a < 0 else Four(0) if a == 1 else Anything()
+"""
+    assert pool.map(check_code, [(always, TESTS)]) == [0.0]
+    assert check_code(always, "assert add(2, 2)") == 0.0  # truthy, but not a plain value
+
+
+def test_a_patched_compile_eval_or_assert_scores_zero():
+    patches = """
+import builtins
+real = builtins.compile
+builtins.compile = lambda src, name, mode, *a, **k: real("None" if mode == "eval" else "pass",
+                                                        name, mode)
+builtins.eval = lambda *a, **k: True
+builtins.exec = lambda *a, **k: None
+builtins.AssertionError = type("Never", (Exception,), {})
+"""
+    assert check_code(patches, TESTS) == 0.0
+
+
+def test_a_program_that_writes_forged_results_to_every_pipe_scores_zero():
+    forged = """
+import os, json
+lines = [{"program": "ok"}] + [{"probe": i, "value": ["bool", True]} for i in range(3)]
+for fd in range(64):
+    try:
+        os.write(fd, "".join(json.dumps(m) + "\\n" for m in lines).encode())
+    except OSError:
+        pass
+os._exit(0)
+"""
+    assert check_code(forged, TESTS) == 0.0  # True is not 4, 6 or 0: the expected values never left
+
+
+def test_a_patch_does_not_outlive_its_call(pool):
+    poison = """
+import builtins, os
+real = builtins.compile
+builtins.compile = lambda *a, **k: real("pass", "<forged>", "exec")  # every later test passes
+with open(os.path.expanduser("~/sitecustomize.py"), "w") as f:
+    f.write("import builtins; builtins.AssertionError = KeyError")
+def add(a, b): return a + b
+"""
+    wrong = "def add(a, b):\n    return 7"
+    calls = [(poison, TESTS), (wrong, TESTS), (wrong, TESTS)]
+    assert pool.map(check_code, calls) == [1.0, 0.0, 0.0]
+
+
+def test_a_malicious_pickle_never_runs_in_the_trainer(pool, tmp_path):
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(Marker(str(marker)))
+    program = (f"import os, struct\nfor fd in range(64):\n"
+               f"    try: os.write(fd, struct.pack('!i', {len(payload)}) + {payload!r})\n"
+               f"    except OSError: pass\ndef add(a, b): return 7")
+    assert pool.map(check_code, [(program, TESTS)]) == [0.0]
+    crashes = pool.stats["crashes"]
+    # a trusted check gone rogue in a warm worker: the trainer reads JSON only, so it counts a crash
+    assert pool.map(flood_pipes, [(payload.hex(),)]) == [0.0]
+    assert pool.stats["crashes"] == crashes + 1
+    assert not marker.exists()
+
+
+@needs_signal_scope
+def test_a_program_cannot_kill_the_trainer(pool):
+    me = os.getpid()
+    kills = ["os.kill(os.getppid(), signal.SIGKILL)", "os.killpg(0, signal.SIGTERM)",
+             f"os.kill({me}, signal.SIGKILL)", f"os.killpg(os.getpgid({me}), signal.SIGTERM)"]
+    pool.map(check_code, [(f"import os, signal\n{kill}\ndef add(a, b): return a + b", TESTS)
+                          for kill in kills])
+    assert os.getpid() == me  # still here, and the pool still answers
+    assert pool.map(check_code, [("def add(a, b):\n    return a + b", TESTS)]) == [1.0]
+
+
+def test_a_process_group_signal_stays_in_the_sandbox_everywhere(pool):
+    program = "import os, signal\nos.killpg(0, signal.SIGKILL)"
+    assert pool.map(check_code, [(program, TESTS)]) == [0.0]
+
+
+def _processes_with(text: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(entry.name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds survivors through /proc (Linux)")
+def test_no_process_the_program_starts_survives_the_call_or_close():
+    nonce = f"{time.time() % 1000:.6f}"  # the survivors' sleep time: finds them by command line
+    program = f"""
+import os, subprocess
+for _ in range(3):
+    try:
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", "{nonce}"])
+            os._exit(0)
+    except OSError:
+        pass
+try:
+    subprocess.Popen(["/bin/sleep", "{nonce}"], start_new_session=True)
+except OSError:
+    pass
+def add(a, b): return a + b
+"""
+    with VerifierPool(workers=2, timeout=5.0) as pool:
+        assert pool.map(check_code, [(program, TESTS)]) == [1.0]
+    deadline = time.monotonic() + 3
+    while _processes_with(nonce) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = _processes_with(nonce)
+    for pid in survivors:  # leave the machine clean even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == []
+
+
+@needs_landlock
+def test_no_secret_reaches_the_program(monkeypatch, tmp_path):
+    secret = f"hf_{uuid.uuid4().hex}"
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text(secret)
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("HOME", str(home))
+    me = os.getpid()
+    program = f"""
+import os
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("latin-1")
+    except OSError as e:
+        return type(e).__name__
+def everything():
+    return [dict(os.environ), read("{home}/.cache/huggingface/token"),
+            read(os.path.expanduser("~/.cache/huggingface/token")), read("/proc/{me}/environ"),
+            read(f"/proc/{{os.getppid()}}/environ"), read("/proc/{me}/cmdline")]
+"""
+    leaked = repr(sandbox.run_untrusted(program, [("eval", "everything()")], timeout=5.0))
+    assert "PermissionError" in leaked or "FileNotFoundError" in leaked
+    assert secret not in leaked and "HF_TOKEN" not in leaked
+
+
+@needs_landlock
+def test_no_file_is_written_outside_the_sandbox(pool, monkeypatch, tmp_path):
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    home.mkdir()
+    outside.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    escape = f"/tmp/tunix-escape-{uuid.uuid4().hex}"
+    program = f"""
+import os
+def write(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        return "wrote"
+    except OSError as e:
+        return type(e).__name__
+results = [os.getcwd(), write("{home}/escape"), write("{outside}/escape"), write("{escape}"),
+           write("../escape-next-to-the-sandbox"), write(os.path.expanduser("~/inside")),
+           write("inside")]
+"""
+    assert pool.map(check_code, [(program, "assert results == 0")]) == [0.0]
+    workdir, *results = sandbox.run_untrusted(program, [("eval", "results")], timeout=5.0).values[0]
+    assert results == ["PermissionError"] * 4 + ["wrote"] * 2  # only its own directory is writable
+    assert not os.path.exists(workdir)  # ... and that is deleted after the call
+    assert list(home.iterdir()) == list(outside.iterdir()) == [] and not os.path.exists(escape)
+    assert not os.path.exists(os.path.join(os.path.dirname(workdir), "escape-next-to-the-sandbox"))
+
+
+def _listener(kind):
+    server = socket.socket(socket.AF_INET, kind)
+    server.bind(("127.0.0.1", 0))
+    if kind == socket.SOCK_STREAM:
+        server.listen(1)
+    server.settimeout(0.5)
+    return server
+
+
+@pytest.mark.skipif(not (CAN.get("namespaces") or CAN.get("landlock", 0) >= 4),
+                    reason="no network namespace and no Landlock ABI >= 4 here: TCP is not blocked")
+def test_no_tcp_byte_reaches_a_listener(pool):
+    with _listener(socket.SOCK_STREAM) as server:
+        port = server.getsockname()[1]
+        program = (f"import socket\ntry:\n"
+                   f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'x')\n"
+                   f"except OSError:\n    pass\ndef add(a, b): return a + b")
+        assert pool.map(check_code, [(program, TESTS)]) == [1.0]
+        with pytest.raises(TimeoutError):
+            server.accept()
+
+
+@pytest.mark.skipif(not CAN.get("namespaces"), reason="no network namespace here: UDP is not "
+                                                      "blocked (Landlock covers TCP only)")
+def test_no_udp_byte_reaches_a_listener(pool):
+    with _listener(socket.SOCK_DGRAM) as server:
+        port = server.getsockname()[1]
+        program = (f"import socket\ntry:\n"
+                   f"    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', "
+                   f"('127.0.0.1', {port}))\nexcept OSError:\n    pass\n"
+                   f"def add(a, b): return a + b")
+        assert pool.map(check_code, [(program, TESTS)]) == [1.0]
+        with pytest.raises(TimeoutError):
+            server.recvfrom(64)
+
+
+def test_a_users_untrusted_check_gets_the_same_treatment(pool):
+    reward = verifier_reward(check_code, columns=("tests",), pool=pool)
+    completions = ["<answer>def add(a, b): return a + b</answer>",
+                   "<answer>import builtins\nbuiltins.compile = lambda *a, **k: None</answer>"]
+    assert reward(None, completions, tests=[TESTS, TESTS]) == [1.0, 0.0]

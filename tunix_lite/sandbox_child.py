@@ -1,0 +1,195 @@
+"""The untrusted side of `tunix_lite.sandbox`: confine this interpreter, run the program, probe it.
+
+Started as `python -I -S sandbox_child.py CONFIG` (standard library only, nothing of tunix_lite
+imported) in a temporary directory. In order:
+
+1. die with the parent (PR_SET_PDEATHSIG), so a killed trainer leaves nothing running;
+2. where the kernel allows it, new user + network + PID namespaces (no network; the trainer's pid is
+   not visible, so it cannot be signalled), then fork: the program runs as pid 1, and the whole
+   namespace dies with it; elsewhere, when started as root, it becomes `nobody`;
+3. rlimits: CPU seconds, address space, file size, open files, no core files and no new processes;
+4. Landlock where the kernel has it: reads only beneath the standard library and system library
+   folders, writes only in the sandbox directory, no TCP, no signals or abstract sockets outside the
+   sandbox;
+5. the results pipe moved off fd 1 (print() in the program goes to /dev/null), then the program and
+   every probe are compiled before any of the program runs (patching `compile` cannot skip a probe),
+   the program runs, and each probe's value is written as one JSON line of plain, type-tagged
+   values.
+
+What the program writes is never a verdict: the trusted side compares the values it gets with
+expected values it never sent here. A program can lie about its own values, which is the same as
+returning them.
+"""
+
+import ctypes
+import json
+import os
+import pwd
+import resource
+import signal
+import sys
+
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
+_LANDLOCK_CREATE, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT = 444, 445, 446  # x86-64 and arm64 alike
+_READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE | READ_FILE | READ_DIR
+_FILE_RIGHTS = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14  # the only rights a rule on one file may carry
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """SIGKILL this process when its parent dies (Linux); exit now if `parent` is gone already."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:  # it died before the line above: nobody waits
+        os._exit(1)
+
+
+def _namespaces() -> bool:
+    """New user, network and PID namespaces, then fork: the child goes on as pid 1; this process
+    waits for it and exits with its status. False (and nothing changed) where the kernel refuses."""
+    if _libc is None:
+        return False
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID) != 0:
+        return False
+    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except OSError:  # unmapped, the program runs as the overflow user: fewer rights, not more
+            pass
+    child = os.fork()
+    if child:
+        _, status = os.waitpid(child, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    _die_with_parent(None)  # its parent is outside the namespace (getppid() is 0 in here)
+    return True
+
+
+def _leave_root() -> bool:
+    """Without a user namespace, root becomes nobody: the process limit then holds (root ignores
+    it), and root's files and processes are out of reach."""
+    if os.getuid() != 0:
+        return False
+    try:
+        nobody = pwd.getpwnam("nobody")
+        uid, gid = nobody.pw_uid, nobody.pw_gid
+    except KeyError:
+        uid = gid = 65534
+    os.chown(os.getcwd(), uid, gid)  # the sandbox directory stays writable
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    return True
+
+
+def _limit(config: dict) -> None:
+    cpu, memory = config["cpu_seconds"], config["memory_mb"] * 2**20
+    limits = ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, memory), (resource.RLIMIT_CORE, 0),
+              (resource.RLIMIT_FSIZE, config["file_mb"] * 2**20), (resource.RLIMIT_NOFILE, 64),
+              (resource.RLIMIT_NPROC, 0))  # NPROC 0: no new process (not enforced for root)
+    for name, value in limits:
+        try:
+            resource.setrlimit(name, (value, value))
+        except (ValueError, OSError):  # a lower hard limit already: keep it
+            pass
+
+
+def _landlock(read_paths: list[str], write_path: str) -> int:
+    """Confine this process with Landlock; returns the ABI version used, 0 where there is none."""
+    if _libc is None:
+        return 0
+    syscall = _libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(_LANDLOCK_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # 1: the version
+    if abi < 1:
+        return 0
+    all_fs = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0) \
+        | (1 << 15 if abi >= 5 else 0)
+    net = 0b11 if abi >= 4 else 0  # bind and connect TCP: handled, and no rule allows them
+    scoped = 0b11 if abi >= 6 else 0  # abstract unix sockets and signals outside the sandbox
+    attr = (ctypes.c_uint64 * 3)(all_fs, net, scoped)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = syscall(_LANDLOCK_CREATE, ctypes.byref(attr), ctypes.c_size_t(size),
+                      ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    for path, access in [(p, _READ) for p in read_paths] + [(write_path, all_fs)]:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        rights = access & all_fs & (~0 if os.path.isdir(path) else _FILE_RIGHTS)
+        syscall(_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(PathBeneath(rights, fd)), 0)
+        os.close(fd)
+    _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    ok = syscall(_LANDLOCK_RESTRICT, ruleset, 0) == 0
+    os.close(ruleset)
+    return abi if ok else 0
+
+
+def _plain(value, depth: int = 0):
+    """`value` as a type-tagged JSON tree of builtins, exact types only: an object with a forged
+    `__eq__`, or a subclass of int, has no plain form and fails its probe."""
+    kind = type(value)
+    if depth > 50:
+        raise ValueError("nested too deep")
+    if value is None or kind in (bool, int, float, str):
+        return [kind.__name__, value]
+    if kind in (list, tuple, set, frozenset):
+        return [kind.__name__, [_plain(v, depth + 1) for v in value]]
+    if kind is dict:
+        return ["dict", [[_plain(k, depth + 1), _plain(v, depth + 1)] for k, v in value.items()]]
+    if kind is bytes:
+        return ["bytes", value.hex()]
+    raise TypeError(f"not a plain value: {kind.__name__}")
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        config = json.load(f)
+    os.unlink(sys.argv[1])
+    _die_with_parent(config["parent"])
+    isolation = {"namespaces": _namespaces()}
+    isolation["nobody"] = not isolation["namespaces"] and _leave_root()
+    _limit(config)
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    quiet = os.open(os.devnull, os.O_WRONLY)  # before Landlock, which allows no writes outside
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    isolation["landlock"] = _landlock(config["read_paths"], os.getcwd())
+    send, evaluate, execute = out.write, eval, exec  # held now: the program's patches miss them
+
+    def answer(message: dict) -> None:
+        send(json.dumps(message) + "\n")
+
+    answer({"ready": isolation})
+    try:
+        program = compile(config["program"], "<program>", "exec")
+        probes = [(mode, compile(source, "<probe>", mode)) for mode, source in config["probes"]]
+    except (SyntaxError, ValueError) as e:
+        answer({"program": f"{type(e).__name__}: {e}"[:300]})
+        return
+    namespace = {"__name__": "__main__"}
+    try:
+        execute(program, namespace)  # the untrusted program, in the confinement above
+    except BaseException as e:  # noqa: BLE001 - SystemExit included: the program failed to run
+        answer({"program": f"{type(e).__name__}: {e}"[:300]})
+        return
+    answer({"program": "ok"})
+    for index, (mode, code) in enumerate(probes):
+        try:
+            value = evaluate(code, namespace) if mode == "eval" else execute(code, namespace)
+            answer({"probe": index, "value": _plain(value)})
+        except BaseException as e:  # noqa: BLE001
+            answer({"probe": index, "error": f"{type(e).__name__}: {e}"[:300]})
+
+
+if __name__ == "__main__":
+    main()
