@@ -66,10 +66,16 @@ ACCELERATOR_FLOPS = 1e15  # likewise for one accelerator chip (a TPU v5p or an H
 class DataSpec:
     """Where every stage's examples come from: the synthetic tasks (default) or your own files."""
 
-    train: str | None = option(None, "your prompt/completion records (JSONL, a datasets directory, parquet, csv); "
-                                     "null: the synthetic tasks")
-    validation: str | None = option(None, "your validation records (same columns as train)")
-    test: str | None = option(None, "your held-out records for evaluation: prompt, answer[, domain]")
+    train: str | None = option(
+        None, "your prompt/completion records (JSONL, a datasets directory, parquet, csv) or "
+              "reasoning_gym:TASK[,TASK...][?size=N&seed=S] (tunix_lite.data.reasoning_gym); null: "
+              "the synthetic tasks")
+    validation: str | None = option(
+        None, "your validation records (same columns as train), or a reasoning_gym spec (another "
+              "seed than train's; null with a train spec: n_validation items of its tasks)")
+    test: str | None = option(
+        None, "your held-out records for evaluation: prompt, answer[, domain]; or a reasoning_gym "
+              "spec")
     pairs_train: str | None = option(None, "your preference pairs (prompt, chosen, rejected) for a dpo stage")
     pairs_validation: str | None = option(None, "your validation preference pairs")
     tasks: Literal["reasoning", "calculator"] = option(
@@ -246,8 +252,16 @@ def _check(path: Path, values: dict) -> Pipeline:
 
 
 def _check_data(data: DataSpec, evaluation: EvalSpec | None) -> None:
+    from tunix_lite.data import reasoning_gym
     from tunix_lite.data.synthetic import DOMAINS
 
+    specs = [key for key in ("train", "validation", "test")
+             if reasoning_gym.is_spec(getattr(data, key))]
+    for key in specs:
+        try:
+            reasoning_gym.parse_spec(getattr(data, key))
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"data.{key}: {e}") from None
     if data.train is None:
         unknown = sorted(set(data.domains) - set(DOMAINS))
         if unknown or not data.domains:
@@ -262,9 +276,9 @@ def _check_data(data: DataSpec, evaluation: EvalSpec | None) -> None:
         return
     for key in ("train", "validation", "test", "pairs_train", "pairs_validation"):
         value = getattr(data, key)
-        if value is not None and not Path(value).expanduser().exists():
+        if value is not None and key not in specs and not Path(value).expanduser().exists():
             raise ConfigError(f"data.{key}: no file or directory at {value}")
-    if data.validation is None:
+    if data.validation is None and "train" not in specs:  # a spec's stages draw one from its tasks
         raise ConfigError("data.validation: with your own data.train, give data.validation too")
     if evaluation is not None and data.test is None:
         raise ConfigError("data.test: the evaluation needs held-out records (prompt, answer); set data.test or "
@@ -297,20 +311,25 @@ def _stage_values(spec: PipelineSpec, data: DataSpec, stage: Stage, model: str, 
     values |= {"model": model, "output_dir": str(Path(spec.output_dir).expanduser() / stage.name), "overwrite": True}
     if "train_data" not in values:
         train, validation = _data_files(spec, data, stage)
-        if check and not train.exists():
+        if check and isinstance(train, Path) and not train.exists():
             train = validation = None
         values |= {"train_data": str(train or "synthetic"), "validation_data": validation and str(validation)}
     return values
 
 
-def _data_files(spec: PipelineSpec, data: DataSpec, stage: Stage) -> tuple[Path, Path]:
+def _data_files(spec: PipelineSpec, data: DataSpec, stage: Stage) -> tuple:
+    """The stage's (train, validation) sources: Paths, or reasoning_gym specs as written (a None
+    validation: drawn from the train spec's tasks)."""
+    from tunix_lite.data.reasoning_gym import is_spec
+
     if data.train is not None:  # your own files, as given
         if stage.uses_pairs:
             if data.pairs_train is None or data.pairs_validation is None:
                 raise ConfigError(f"data.pairs_train: stage {stage.name!r} ({stage.algorithm}) trains on preference "
                                   "pairs; set data.pairs_train and data.pairs_validation")
             return Path(data.pairs_train), Path(data.pairs_validation)
-        return Path(data.train), Path(data.validation)
+        return tuple(s if s is None or is_spec(s) else Path(s)
+                     for s in (data.train, data.validation))
     folder = Path(spec.output_dir).expanduser() / "data"
     prefix = "pairs_" if stage.uses_pairs else ""
     return folder / f"{prefix}train.jsonl", folder / f"{prefix}validation.jsonl"
@@ -472,16 +491,21 @@ def _synthetic_split(data: DataSpec, name: str):
 
 
 def _test_records(pipeline: Pipeline) -> list[dict]:
+    from tunix_lite.data import reasoning_gym
     from tunix_lite.data.sft import load_records
 
     source = pipeline.data.test or str(pipeline.root / "data" / "test.jsonl")
-    records = load_records(source)
+    if reasoning_gym.is_spec(source):
+        records = reasoning_gym.make_records(source)
+    else:
+        records = load_records(source)
     n = min(pipeline.evaluation.n_prompts, len(records))
     return [dict(records[i]) for i in range(n)]
 
 
 def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
     """The held-out evaluation of the model a stage marker names (cached in <name>/eval.json for that marker)."""
+    from tunix_lite.evaluation import reward_for
     from tunix_lite.loading import load
     from tunix_lite.reasoning_eval import ReasoningReport, evaluate_reasoning
 
@@ -505,9 +529,11 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
         _write_json(path, report.to_json() | {"key": key})
         return report
     say(f"[{name}] held-out evaluation: {spec.n_prompts} prompts, {spec.samples} samples each")
-    report = evaluate_reasoning(model, tokenizer, _test_records(pipeline), samples=spec.samples,
+    records = _test_records(pipeline)
+    report = evaluate_reasoning(model, tokenizer, records, samples=spec.samples,
                                 temperature=spec.temperature, top_p=spec.top_p, max_new_tokens=spec.max_new_tokens,
-                                batch_size=spec.batch_size, scaling=spec.scaling, seed=spec.seed)
+                                batch_size=spec.batch_size, scaling=spec.scaling, seed=spec.seed,
+                                reward_fn=reward_for(records))
     _write_json(path, report.to_json() | {"key": key})
     return report
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from tunix_lite.data.reasoning_gym import reward_reasoning_gym
 from tunix_lite.data.synthetic import reward_exact_match, reward_format, reward_reasoning_format
 from tunix_lite.verifiers import reward_code, reward_math, reward_steps
 
@@ -57,11 +58,13 @@ def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
 
 
 # Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math, code, steps) run
-# their checks in a worker pool with a timeout per call. A trained reward model is named by its directory:
+# their checks in a worker pool with a timeout per call, as does reasoning_gym (each task's own
+# scorer, on `reasoning_gym:TASK` data). A trained reward model is named by its directory:
 # `reward_model:runs/rm_tiny/reward_model` (tunix_lite.preference.reward_model.reward_model_reward).
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "exact_match": reward_exact_match, "format": reward_format, "reasoning_format": reward_reasoning_format,
-    "math": reward_math, "code": reward_code, "steps": reward_steps}
+    "math": reward_math, "code": reward_code, "steps": reward_steps,
+    "reasoning_gym": reward_reasoning_gym}
 REWARD_MODEL = "reward_model:"
 
 

@@ -31,6 +31,8 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 
 import yaml
 
+from tunix_lite.data import reasoning_gym
+
 RESUME_RULES = ("same", "free", "grow")  # must not change | may change | may only grow
 
 
@@ -89,9 +91,15 @@ class OptimOptions:
 class DataOptions:
     """Where the examples come from and how long a row is."""
 
-    train_data: str = option("synthetic", "synthetic (the course's generated tasks), a .json/.jsonl file, a "
-                                          "datasets directory (save_to_disk), or a .parquet/.csv file")
-    validation_data: str | None = option(None, "the same kinds as train_data; with synthetic data, its validation split")
+    train_data: str = option(
+        "synthetic",
+        "synthetic (the course's generated tasks), a .json/.jsonl file, a datasets directory "
+        "(save_to_disk), a .parquet/.csv file, or reasoning_gym:TASK[,TASK...][?size=N&seed=S"
+        "&TASK.KEY=VALUE] (real tasks generated offline: tunix_lite.data.reasoning_gym)")
+    validation_data: str | None = option(
+        None,
+        "the same kinds as train_data; null: with synthetic data its validation split, with a "
+        "reasoning_gym spec n_validation more items of its tasks (another seed)")
     n_train: int = option(2000, "synthetic training examples", ge=1)
     n_validation: int = option(128, "synthetic validation examples", ge=1)
     domains: list[str] | None = option(None, "synthetic domains to use (null: all)")
@@ -263,12 +271,33 @@ class ConfigBase:
                               "checkpoint_every > 0 and an output_dir (or max_minutes: null)")
         if self.warmup_steps >= self.steps:
             raise ConfigError(f"warmup_steps: {self.warmup_steps} must be less than steps={self.steps}")
+        self._check_reasoning_gym()
         if self.template is not None:
             from tunix_lite.chat import TEMPLATES
 
             if self.template not in TEMPLATES:
                 raise ConfigError(f"template: {self.template!r} is not supported; choose one of "
                                   f"{', '.join(TEMPLATES)} (or null: the model family's)")
+
+    def _check_reasoning_gym(self) -> None:
+        """A reasoning_gym data spec is parsed here, so a bad one stops before any compute; the
+        reasoning_gym reward needs such data, and its tasks' scorers are probed here too."""
+        for key in ("train_data", "validation_data"):
+            if reasoning_gym.is_spec(getattr(self, key, None)):
+                try:
+                    reasoning_gym.parse_spec(getattr(self, key))
+                except (ValueError, ImportError) as e:
+                    raise ConfigError(f"{key}: {e}") from None
+        if "reasoning_gym" not in (getattr(self, "rewards", None) or ()):
+            return
+        if self.train_data == "synthetic":
+            raise ConfigError("rewards: reasoning_gym scores reasoning_gym data (its entry "
+                              "column); set train_data: reasoning_gym:TASK")
+        if reasoning_gym.is_spec(self.train_data):
+            try:
+                reasoning_gym.probe_scorers(self.train_data)
+            except ValueError as e:
+                raise ConfigError(f"rewards: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm} | dataclasses.asdict(self)

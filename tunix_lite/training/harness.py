@@ -148,7 +148,11 @@ def input_fingerprints(config) -> dict[str, dict]:
         if f.metadata["resume"] != "same" or hints[name] not in (str, str | None) or not value:
             continue
         path = Path(value).expanduser()
-        if path.exists():
+        try:
+            exists = path.exists()
+        except OSError:  # no file can have this name (a long reasoning_gym spec): the value says it all
+            continue
+        if exists:
             found[name] = {"path": str(path.absolute()), "sha256": _sha256(path)}
     return found
 

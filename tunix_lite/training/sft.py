@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from tunix_lite.data import reasoning_gym
 from tunix_lite.data.sft import SFTBatches, SFTData, mix_domains, tokenize_sft
 from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
                                         RunOptions, option)
@@ -53,15 +54,40 @@ def load_data(config):
                              seed=config.seed)
         train, validation = splits["train"], splits["validation"]
     else:
-        from tunix_lite.data.records import load_records
-
-        if config.validation_data is None:
-            raise ConfigError("validation_data: with train_data from a file, set validation_data too")
-        train = load_records(config.train_data, key="train_data")
-        validation = load_records(config.validation_data, key="validation_data")
+        source = config.validation_data
+        if source is None:
+            if not reasoning_gym.is_spec(config.train_data):
+                raise ConfigError("validation_data: with train_data from a file, set "
+                                  "validation_data too")
+            spec = reasoning_gym.parse_spec(config.train_data)
+            source = dataclasses.replace(spec, size=config.n_validation, seed=spec.seed + 1)
+        train = _load_records(config.train_data, "train_data")
+        validation = _load_records(source, "validation_data")
+        if isinstance(source, reasoning_gym.TaskSpec) or reasoning_gym.is_spec(source):
+            # a task with few distinct questions repeats some under any seed: keep validation unseen
+            seen = set(train["prompt"])
+            validation = validation.select([i for i, prompt in enumerate(validation["prompt"])
+                                            if prompt not in seen])
+            if not len(validation):
+                raise ConfigError("validation_data: every generated prompt is also a training "
+                                  "prompt; choose tasks or configs with more distinct questions")
     if getattr(config, "domain_weights", None):
         train = mix_domains(train, config.domain_weights, config.n_train, seed=config.seed)
     return train, validation
+
+
+def _load_records(source, key: str):
+    """A file's records, or a reasoning_gym spec's generated ones, as a `datasets.Dataset`."""
+    import datasets
+
+    from tunix_lite.data.records import load_records
+
+    if isinstance(source, reasoning_gym.TaskSpec) or reasoning_gym.is_spec(source):
+        try:
+            return datasets.Dataset.from_list(reasoning_gym.make_records(source))
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"{key}: {e}") from None
+    return load_records(source, key=key)
 
 
 def validation_loss_fn(data: SFTData, batch_size: int):

@@ -1,0 +1,188 @@
+"""reasoning-gym tasks as data (`reasoning_gym:TASK...` specs), their scorers as a reward, the probe
+that refuses unsound scorers, and math-verify behind the `math` reward: through the CLI, the
+configs, the pipeline and the reward registry. The pool tests share the process's default pool, so
+its workers start once."""
+
+import collections
+import sys
+
+import pytest
+import yaml
+
+from tunix_lite.cli import main
+from tunix_lite.data import reasoning_gym, reasoning_gym_scorer
+from tunix_lite.data.reasoning_gym import INSTRUCTION, TaskSpec, make_records, parse_spec
+from tunix_lite.pipeline import load_pipeline
+from tunix_lite.rl.rewards import reward_set
+from tunix_lite.training.sft import SFTConfig, load_data
+from tunix_lite.verifiers import check_math, default_pool, reward_math
+
+SPEC = "reasoning_gym:leg_counting,basic_arithmetic?size=500&seed=7&basic_arithmetic.max_terms=2"
+SMALL = "reasoning_gym:leg_counting,basic_arithmetic?size=5&basic_arithmetic.operators=[+, -]"
+LEGS = "reasoning_gym:leg_counting"
+
+
+def cli_error(capsys, tmp_path, **config) -> str:
+    """The one line `tunix-lite train --config FILE` prints for a config it refuses."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(["train", "--config", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tunix-lite train: error: {path}: "), lines
+    return lines[0].removeprefix(f"tunix-lite train: error: {path}: ")
+
+
+def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
+    tasks = {"leg_counting": {}, "basic_arithmetic": {"max_terms": 2}}
+    assert parse_spec(SPEC) == TaskSpec(tasks, size=500, seed=7)
+    assert parse_spec(LEGS) == TaskSpec({"leg_counting": {}}, size=1000, seed=0)
+    assert parse_spec(SMALL).tasks["basic_arithmetic"] == {"operators": ["+", "-"]}  # YAML values
+    assert reasoning_gym.is_spec(SPEC) and not reasoning_gym.is_spec("data/train.jsonl")
+
+
+@pytest.mark.parametrize("spec, message", [
+    (f"{LEGS}in", "task 'leg_countingin' is not a reasoning_gym task; did you mean leg_counting"),
+    (f"{LEGS}?leg_counting.legs=4",
+     "'leg_counting.legs=4': leg_counting has no config key 'legs'; it takes min_animals,"),
+    (f"{LEGS}?leg_counting.max_animals=[2",
+     "'leg_counting.max_animals=[2': cannot read '[2' as a number"),
+    (f"{LEGS}?size=0", "size=0: need at least 1 example"),
+    (f"{LEGS}?size=many", "'size=many': size must be an integer, got 'many'"),
+    (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed nor TASK.KEY for a "
+                            "task of the spec (leg_counting)"),
+    ("reasoning_gym:basic_arithmetic?basic_arithmetic.max_terms=1",
+     "basic_arithmetic rejects its config {'max_terms': 1}"),
+])
+def test_a_bad_spec_is_one_line_naming_the_part_the_value_and_the_fix(tmp_path, capsys, spec,
+                                                                       message):
+    error = cli_error(capsys, tmp_path, train_data=spec)
+    assert error.startswith(f"train_data: {spec}: {message}"), error
+
+
+def test_without_the_extra_the_error_names_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym.factory", None)  # its import fails
+    assert cli_error(capsys, tmp_path, validation_data=LEGS) == (
+        "validation_data: reasoning_gym data needs the tasks extra: "
+        "pip install 'tunix-lite[tasks]'")
+
+
+def test_records_mix_the_tasks_evenly_and_are_a_function_of_the_seed():
+    records = make_records(SMALL)
+    assert records == make_records(SMALL)
+    domains = collections.Counter(r["domain"] for r in records)
+    assert domains == {"leg_counting": 3, "basic_arithmetic": 2}
+    assert records[0]["prompt"].endswith(f"\n\n{INSTRUCTION}")
+    assert records[0]["completion"] == f"<answer>{records[0]['answer']}</answer>"
+    # reasoning-gym seeds item i with seed + i: hashed task seeds keep neighbouring seeds disjoint
+    prompts = {seed: {r["prompt"] for r in make_records(f"{LEGS}?size=40", seed=seed)}
+               for seed in (7, 8)}
+    assert len(prompts[7]) > 30 and not prompts[7] & prompts[8]
+    worked = make_records("reasoning_gym:gsm_symbolic?size=1")[0]["completion"]
+    assert worked.startswith("<reasoning>") and "</reasoning><answer>" in worked
+    assert "####" not in worked
+
+
+def test_train_data_takes_a_spec_with_an_unseen_validation_split_by_default():
+    train, validation = load_data(SFTConfig(train_data=f"{LEGS}?size=24", n_validation=8))
+    assert (len(train), len(validation)) == (24, 8)
+    assert {"prompt", "answer", "domain", "entry", "completion"} <= set(train.column_names)
+    assert not set(train["prompt"]) & set(validation["prompt"])
+
+
+def test_a_spec_longer_than_any_file_name_is_data_not_a_path(tmp_path, capsys):
+    """A spec with several tasks' settings runs past the 255 bytes a file name may have: asking the
+    file system about it must not end the run (training's input fingerprints, eval's data)."""
+    from tunix_lite.model_eval import eval_records
+    from tunix_lite.training.harness import input_fingerprints
+
+    long_spec = LEGS + "?" + "&".join(["leg_counting.min_animals=1"] * 12)
+    assert len(long_spec) > 255
+    assert input_fingerprints(SFTConfig(train_data=long_spec)) == {}
+    records, reward_fn = eval_records(long_spec, n=4, seed=1)
+    assert len(records) == 4 and reward_fn is reasoning_gym.reward_reasoning_gym
+
+
+def test_the_reward_scores_right_wrong_and_untagged_answers_with_the_tasks_scorer():
+    records = make_records("reasoning_gym:leg_counting,basic_arithmetic?size=2&seed=3")
+    right = [f"Thinking. <answer>{r['answer']}</answer>" for r in records]
+    wrong = ["<answer>-1</answer>"] * 2
+    untagged = [r["answer"] for r in records]
+    rewards = reward_set(["reasoning_gym"])  # the registered name, as a config file lists it
+    columns = {k: [r[k] for r in records] * 3 for k in ("answer", "domain", "entry")}
+    total, _ = rewards([r["prompt"] for r in records] * 3, right + wrong + untagged, **columns)
+    assert total.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_a_scorer_that_raises_scores_zero_and_is_counted():
+    record = make_records("reasoning_gym:prime_factorization?size=1")[0]
+    pool = default_pool()
+    errors = pool.stats["errors"]
+    completions = ["<answer>not a number</answer>", f"<answer>{record['answer']}</answer>"]
+    scores = reasoning_gym.reward_reasoning_gym([record["prompt"]] * 2, completions,
+                                                entry=[record["entry"]] * 2)
+    assert scores == [0.0, 1.0] and pool.stats["errors"] == errors + 1
+    assert "ValueError" in pool.last_errors[-1]
+
+
+def test_the_probe_refuses_a_scorer_that_gives_wrong_answers_full_marks(tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setattr(reasoning_gym, "_PROBED", {})
+    grpo = {"algorithm": "grpo", "rewards": ["reasoning_gym"]}
+    assert cli_error(capsys, tmp_path, **grpo, train_data="reasoning_gym:game_of_life_halting") == (
+        "rewards: reasoning_gym:game_of_life_halting: its scorer gives the garbage answer "
+        "'@@ zqxv @@' full marks, so it cannot be an RL reward; choose another task")
+    monkeypatch.setattr(reasoning_gym_scorer, "score_entry", lambda answer, entry: 1.0)  # a stub
+    with pytest.raises(ValueError, match="leg_counting: its scorer gives an empty answer full"):
+        reasoning_gym.probe_scorers(["leg_counting"])
+    assert cli_error(capsys, tmp_path, **grpo) == (
+        "rewards: reasoning_gym scores reasoning_gym data (its entry column); set train_data: "
+        "reasoning_gym:TASK")
+
+
+def test_the_probe_reports_a_scorer_that_raises_and_runs_once_per_task(monkeypatch):
+    monkeypatch.setattr(reasoning_gym, "_PROBED", {})
+    with pytest.warns(UserWarning, match="prime_factorization: its scorer raised on the garbage"):
+        notes = reasoning_gym.probe_scorers("reasoning_gym:prime_factorization,leg_counting")
+    assert list(notes) == ["prime_factorization"]
+    assert notes["prime_factorization"].endswith("such answers score 0")
+    monkeypatch.setattr(reasoning_gym_scorer, "score_entry", lambda answer, entry: 1 / 0)
+    assert reasoning_gym.probe_scorers(["leg_counting"]) == {}  # cached: not probed again
+
+
+def pipeline(tmp_path, **data):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"), "data": data, "evaluation": {"n_prompts": 4},
+        "defaults": {"seq_len": 192, "warmup_steps": 1},
+        "stages": [{"name": "sft", "algorithm": "sft", "steps": 2},
+                   {"name": "grpo", "algorithm": "grpo", "steps": 2,
+                    "rewards": ["reasoning_gym"]}]}))
+    return path
+
+
+def test_a_pipelines_data_takes_specs(tmp_path, capsys):
+    specs = {"train": f"{LEGS}?size=32", "validation": f"{LEGS}?seed=1", "test": f"{LEGS}?seed=2"}
+    for stage in load_pipeline(pipeline(tmp_path, **specs)).stages:
+        assert (stage.config.train_data, stage.config.validation_data) == (specs["train"],
+                                                                           specs["validation"])
+    no_validation = load_pipeline(pipeline(tmp_path, train=specs["train"], test=specs["test"]))
+    assert no_validation.stages[0].config.validation_data is None  # drawn by load_data, unseen
+    path = pipeline(tmp_path, **specs | {"test": f"{LEGS}?size=-3"})
+    assert main(["run", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"tunix-lite run: error: {path}: data.test: "
+                                               f"{LEGS}?size=-3: size=-3: need at least 1 example")
+
+
+def test_math_verify_backs_the_math_reward_where_installed_and_the_rules_stay(monkeypatch):
+    from math_verify import parse, verify
+
+    cases = [("\\frac{1}{2}", "0.5", 1.0), ("1+x^2", "x^2+1", 1.0), ("4, 5, 7", "3, 5, 7", 0.0),
+             ("bleu", "blue", 0.0), ("32/2", "16", 1.0)]
+    assert [check_math(p, r, latex=(parse, verify)) for p, r, _ in cases] == [c[2] for c in cases]
+    assert [check_math(p, r) for p, r, _ in cases] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    completions = ["<answer>\\frac{1}{2}</answer>", "The answer is 0.5", "<answer>16</answer>"]
+    references = ["0.5", "0.5", "16"]
+    assert reward_math(None, completions, references) == [1.0, 0.0, 1.0]  # untagged: no answer
+    monkeypatch.setitem(sys.modules, "tunix_lite.math_latex", None)  # as without math-verify
+    assert reward_math(None, completions, references) == [0.0, 0.0, 1.0]

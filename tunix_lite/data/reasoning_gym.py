@@ -1,0 +1,263 @@
+"""Real reasoning tasks from reasoning-gym, named by one spec string wherever data is accepted.
+
+reasoning-gym (the `tasks` extra) generates ~100 verifiable tasks offline from a seed, each with
+its own scorer. A spec names the tasks, the global size and seed, and each task's own config
+(values read as YAML):
+
+    reasoning_gym:leg_counting,basic_arithmetic?size=500&seed=7&basic_arithmetic.max_terms=2
+
+    train_data: reasoning_gym:leg_counting?size=2000    # a config file (SFT, GRPO, PPO, ...)
+    rewards: [reasoning_gym]                            # the task's own scorer, in a worker pool
+    records = make_records("reasoning_gym:leg_counting", size=64, seed=1)
+
+A record is {"prompt", "answer", "domain" (the task), "entry" (JSON: the task's entry plus its
+name and config, what its scorer reads), "completion" (an SFT demonstration)}. The tasks share the
+size evenly and are shuffled together: the records are a pure function of the spec.
+
+Each task is generated from its own seed, a hash of (task, seed): reasoning-gym draws item i from
+`Random(seed + i)`, so seeds 7 and 8 would share all items but one, while hashed seeds lie far
+apart and give disjoint items in practice. Upstream scorers are not all sound
+(`game_of_life_halting` gives any non-empty answer full marks), so `probe_scorers` checks a task
+before RL trains on it: a config naming the reasoning_gym reward runs it when it is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import random
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+
+import yaml
+
+PREFIX = "reasoning_gym:"
+SIZE, SEED = 1000, 0  # a spec's size and seed unless it sets them
+INSTRUCTION = "End your reply with your final answer inside <answer></answer> tags."
+GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
+INSTALL = "reasoning_gym data needs the tasks extra: pip install 'tunix-lite[tasks]'"
+_NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """A parsed spec: tasks (name -> that task's config overrides), the total size, the seed."""
+
+    tasks: dict[str, dict]
+    size: int = SIZE
+    seed: int = SEED
+
+
+def is_spec(source) -> bool:
+    """Whether a data source (a config value) is a reasoning_gym spec (not a file, "synthetic")."""
+    return isinstance(source, str) and source.startswith(PREFIX)
+
+
+def _registry() -> dict:
+    """reasoning-gym's tasks, name -> (dataset class, config class); ImportError names the extra."""
+    try:
+        from reasoning_gym.factory import DATASETS
+    except ImportError:
+        raise ImportError(INSTALL) from None
+    return {name: classes for name, classes in DATASETS.items() if name not in _NOT_TASKS}
+
+
+def task_names() -> list[str]:
+    """Every task a spec may name."""
+    return sorted(_registry())
+
+
+def parse_spec(spec: str | TaskSpec) -> TaskSpec:
+    """A TaskSpec from `reasoning_gym:TASK[,TASK...][?key=value&...]`.
+
+    ValueError in one line naming the part, the value and the fix: an unknown task, a key the task
+    does not take, a value that does not parse or that the task rejects, size < 1."""
+    if isinstance(spec, TaskSpec):
+        return spec
+    if not is_spec(spec):
+        raise ValueError(f"{spec!r} is not a reasoning_gym spec; write "
+                         f"{PREFIX}TASK[,TASK...][?size=N&seed=S&TASK.KEY=VALUE]")
+    names, _, query = spec.removeprefix(PREFIX).partition("?")
+    registry = _registry()
+    tasks: dict[str, dict] = {}
+    for name in (n.strip() for n in names.split(",")):
+        if name not in registry:
+            close = difflib.get_close_matches(name, registry, n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ValueError(f"{spec}: task {name!r} is not a reasoning_gym task; {hint}every "
+                             "task: python -c \"import tunix_lite.data.reasoning_gym as r; "
+                             "print(r.task_names())\"")
+        tasks[name] = {}
+    values = {"size": SIZE, "seed": SEED}
+    for part in filter(None, query.split("&")):
+        key, eq, text = part.partition("=")
+        if not eq:
+            raise ValueError(f"{spec}: {part!r} is not key=value; write e.g. size=500 or "
+                             f"{name}.KEY=VALUE")
+        value = _value(spec, part, text)
+        task, dot, field = key.rpartition(".")
+        if not dot and key in values:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{spec}: {part!r}: {key} must be an integer, got {text!r}")
+            values[key] = value
+        elif task in tasks:
+            own = [f.name for f in dataclasses.fields(registry[task][1])
+                   if f.name not in ("seed", "size")]
+            if field not in own:
+                raise ValueError(f"{spec}: {part!r}: {task} has no config key {field!r}; it takes "
+                                 f"{', '.join(own)}")
+            tasks[task][field] = value
+        else:
+            raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed nor TASK.KEY for a "
+                             f"task of the spec ({', '.join(tasks)})")
+    if values["size"] < 1:
+        raise ValueError(f"{spec}: size={values['size']}: need at least 1 example")
+    for task, config in tasks.items():  # the task's own checks (ranges, min <= max)
+        try:
+            _dataset(task, config, 1, 0)
+        except Exception as e:  # noqa: BLE001 - upstream raises AssertionError, TypeError, ...
+            raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
+                             f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
+    return TaskSpec(tasks, values["size"], values["seed"])
+
+
+def _value(spec: str, part: str, text: str):
+    """A value as YAML reads it (2 -> int, 0.5 -> float, true -> bool, [+, -] -> list, else str)."""
+    try:
+        value = yaml.safe_load(text)
+        json.dumps(value)  # it travels inside each record's entry column
+    except (yaml.YAMLError, TypeError, ValueError):
+        raise ValueError(f"{spec}: {part!r}: cannot read {text!r} as a number, true/false, a "
+                         "string or a list") from None
+    return value
+
+
+def _task_seed(task: str, seed: int) -> int:
+    """The task's reasoning-gym seed, far from every other (task, seed)'s: no shared items."""
+    return int.from_bytes(hashlib.sha256(f"{task}/{seed}".encode()).digest()[:4], "big") >> 1
+
+
+def _dataset(task: str, config: dict, size: int, seed: int):
+    dataset_cls, config_cls = _registry()[task]
+    return dataset_cls(config_cls(**config, size=size, seed=seed))
+
+
+def make_records(spec: str | TaskSpec, *, size: int | None = None,
+                 seed: int | None = None) -> list[dict]:
+    """`size` records (default: the spec's) of the spec's tasks in equal shares (the first few one
+    more), shuffled together; `seed` replaces the spec's (another seed: other prompts).
+
+    The completion is `<answer>ANSWER</answer>`, or `<reasoning>SOLUTION</reasoning><answer>ANSWER
+    </answer>` where the task's metadata carries a worked solution (gsm_symbolic's `answer_cot`).
+    A task whose entries have no single reference answer (rush_hour, graph_color, ...) is refused:
+    it could be neither demonstrated nor exact-matched.
+    """
+    from tunix_lite.data.synthetic import ANSWER_CLOSE, ANSWER_OPEN, write_completion
+
+    spec = parse_spec(spec)
+    size, seed = size or spec.size, spec.seed if seed is None else seed
+    k = len(spec.tasks)
+    records = []
+    for i, (task, config) in enumerate(spec.tasks.items()):
+        n = size // k + (i < size % k)
+        if not n:  # fewer items than tasks; reasoning-gym refuses an empty dataset
+            continue
+        dataset = _dataset(task, config, n, _task_seed(task, seed))
+        for index in range(n):
+            entry = dataset[index]
+            answer = entry["answer"]
+            if not isinstance(answer, str):
+                raise ValueError(f"{PREFIX}{task}: its entries have no reference answer "
+                                 f"({answer!r}), so they can be neither SFT demonstrations nor "
+                                 "exact-matched; choose another task")
+            solution = entry["metadata"].get("answer_cot")  # "steps\n#### answer"
+            completion = (write_completion(solution.rpartition("####")[0].strip(), answer,
+                                           "reasoning")
+                          if isinstance(solution, str) else f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")
+            records.append({"prompt": f"{entry['question'].rstrip()}\n\n{INSTRUCTION}",
+                            "answer": answer, "domain": task,
+                            "entry": _entry_json(task, config, entry), "completion": completion})
+    random.Random(f"reasoning_gym/{seed}").shuffle(records)
+    return records
+
+
+def _entry_json(task: str, config: dict, entry: dict) -> str:
+    """The entry as its scorer needs it: the task's name and config beside question, answer and
+    metadata. Tuples come back as lists: `probe_scorers` checks the reference still scores 1.0."""
+    return json.dumps({"task": task, "config": config} | entry, default=str)
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def reward_reasoning_gym(prompts, completions: Sequence[str], entry: Sequence[str],
+                         **columns) -> list[float]:
+    """The task's own scorer on each completion's tagged answer ('' when untagged), in the default
+    verifier pool: a call past the pool's timeout, or a scorer that raises, scores 0.0 and is
+    counted in the pool's stats. `entry` is make_records' column; rows may mix tasks."""
+    from tunix_lite.data.synthetic import answer_of
+    from tunix_lite.verifiers import default_pool
+
+    _registry()  # the ImportError naming the extra, here rather than a 0.0 from every worker call
+    from tunix_lite.data.reasoning_gym_scorer import score_entry
+
+    answers = [answer_of(c) or "" for c in completions]
+    return default_pool().map(score_entry, list(zip(answers, entry, strict=True)))
+
+
+_PROBED: dict[str, str | None] = {}  # task + config -> the probe's note (None: clean), per process
+
+
+def probe_scorers(tasks: TaskSpec | str | Mapping[str, dict] | Iterable[str], *,
+                  entries: int = 3) -> dict[str, str]:
+    """Check each task's scorer on `entries` items before RL trains on it: its reference answer
+    (read back from the demonstration's tags) must score 1.0 on the stored entry, an empty and a
+    garbage answer less than 1.0. A task that fails is refused (ValueError, one line). A scorer
+    that raises on a wrong answer is only reported, as a warning and in the returned {task: note}:
+    the verifier pool scores such calls 0.0. Cached per task and config in the process."""
+    if not isinstance(tasks, (str, TaskSpec, Mapping)):  # task names
+        tasks = PREFIX + ",".join(tasks)
+    if isinstance(tasks, (str, TaskSpec)):
+        tasks = parse_spec(tasks).tasks
+    notes = {}
+    for task, config in tasks.items():
+        key = f"{task}{json.dumps(config, sort_keys=True)}"
+        if key not in _PROBED:
+            _PROBED[key] = _probe(task, config, entries)
+            if _PROBED[key]:
+                warnings.warn(_PROBED[key], stacklevel=2)
+        if _PROBED[key]:
+            notes[task] = _PROBED[key]
+    return notes
+
+
+def _probe(task: str, config: dict, entries: int) -> str | None:
+    """Raise if the task's scorer cannot be a reward; the note for a scorer that raised, or None."""
+    from tunix_lite.data.synthetic import answer_of
+
+    records = make_records(TaskSpec({task: config}, entries), seed=-1)  # -1: no spec's default
+    from tunix_lite.data.reasoning_gym_scorer import score_entry  # after make_records' checks
+
+    note = None
+    for record in records:
+        reference = answer_of(record["completion"]) or ""
+        wrong = {"an empty answer": "", f"the garbage answer {GARBAGE!r}": GARBAGE}
+        for label, answer in {"its reference answer": reference, **wrong}.items():
+            try:
+                score = score_entry(answer, record["entry"])
+            except Exception as e:  # noqa: BLE001 - an upstream scorer may raise anything
+                raised = f"{PREFIX}{task}: its scorer raised on {label} ({type(e).__name__}: {e})"
+                if label not in wrong:
+                    raise ValueError(f"{raised}; choose another task") from None
+                note = f"{raised}; such answers score 0"
+                continue
+            if label not in wrong and score < 1.0:
+                raise ValueError(f"{PREFIX}{task}: its scorer gives its own reference answer "
+                                 f"{score:g} (read back from <answer> tags, the entry stored as "
+                                 "JSON); it cannot be an RL reward, choose another task")
+            if label in wrong and score >= 1.0:
+                raise ValueError(f"{PREFIX}{task}: its scorer gives {label} full marks, so it "
+                                 "cannot be an RL reward; choose another task")
+    return note
