@@ -13,26 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
+
+from tunix_lite.evaluation import wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "course" / "results"
 COMMAND = "nice -n 10 python scripts/course_results.py --only {part}"
 N_TEST = 420  # drawn per split; about 60 per domain before repeated prompts are removed
 MAX_NEW_TOKENS = 128  # the sort domain's worked answers need about 90 tokens
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k / n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 def test_records(limit_per_domain: int | None = None) -> list[dict]:

@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from course_results import wilson  # scripts/ is on the path when a script runs
+from tunix_lite.evaluation import wilson
 
 VARIANTS = {
     "ce": dict(alpha=0.0, teacher=None),

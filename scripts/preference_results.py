@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from course_results import wilson  # scripts/ is on the path when a script runs
+from tunix_lite.evaluation import wilson
 
 ROWS = [("rewards/accuracies", "pair accuracy: implicit reward (β log π/π_ref) ranks the pair right"),
         ("logps/accuracies", "pair accuracy: log π(chosen) > log π(rejected)"),

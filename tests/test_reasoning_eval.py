@@ -44,10 +44,14 @@ def test_best_of_k_is_exact_with_ties(seed):
 
 def test_majority_vote_counts_ties_and_ignores_missing_answers():
     answers = ["4", "4", "5", None, " 5 ", "6"]
-    assert majority_at_k(answers, "4", 6) == pytest.approx(0.5)  # "4" and "5" tie 2-2: half credit
-    assert majority_at_k(answers, "6", 6) == 0.0
-    assert majority_at_k(answers, "4", 1) == pytest.approx(2 / 6)  # one sample: the accuracy of a sample
-    assert majority_at_k([None, None], "4", 2) == 0.0
+
+    def right(reference):  # what a scorer says of each sample
+        return [a is not None and a.strip() == reference for a in answers]
+
+    assert majority_at_k(answers, right("4"), 6) == pytest.approx(0.5)  # "4", "5" tie 2-2: half
+    assert majority_at_k(answers, right("6"), 6) == 0.0
+    assert majority_at_k(answers, right("4"), 1) == pytest.approx(2 / 6)  # a sample's accuracy
+    assert majority_at_k([None, None], [False, False], 2) == 0.0
     brute = []
     for subset in itertools.combinations(range(6), 3):
         votes = {}
@@ -57,7 +61,7 @@ def test_majority_vote_counts_ties_and_ignores_missing_answers():
         top = max(votes.values()) if votes else 0
         winners = [a for a, v in votes.items() if v == top]
         brute.append(("4" in winners) / len(winners) if winners else 0.0)
-    assert majority_at_k(answers, "4", 3) == pytest.approx(np.mean(brute))
+    assert majority_at_k(answers, right("4"), 3) == pytest.approx(np.mean(brute))
 
 
 def test_stage_table_has_a_row_per_stage_and_a_column_per_domain():

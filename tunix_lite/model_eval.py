@@ -1,0 +1,166 @@
+"""`tunix-lite eval`: score any model on any data with the reward it would train on, with intervals.
+
+    records, reward_fn = eval_records("reasoning_gym:leg_counting", n=100, seed=1)
+    report = evaluate(model, tokenizer, records, reward_fn, samples=8, temperature=1.0)
+    print(report_text(report))     # or json.dumps(report)
+
+Data: `synthetic` (the course's tasks, held-out test split), a records file with `prompt` and
+`answer` columns (`tunix_lite.data.records.load_records`: .jsonl, .json, .csv, .parquet, a saved
+dataset), or a reasoning-gym spec `reasoning_gym:TASK[,TASK...][?size=..&seed=..&TASK.key=value]`
+(`tunix_lite.data.reasoning_gym`). Each prompt is scored once (`distinct_prompts`): a repeated
+prompt would count one greedy answer several times.
+
+The scorer is the one RL trains with, so "better on eval" and "more reward" mean the same thing:
+the task's own scorer (`reward_reasoning_gym`) for reasoning-gym records (they carry an `entry`
+column, also when read back from a file), exact match of the tagged answer (`reward_exact_match`)
+for everything else. Full marks count as right.
+
+The report: greedy accuracy with a 95% Wilson interval, the format rate (a tagged answer ends the
+reply), the mean reward, a per-task (`domain`) table with n and intervals; with K > 1 samples,
+pass@K and maj@K over them (`tunix_lite.reasoning_eval`: the unbiased pass@k estimator and an
+exact majority vote).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tunix_lite.data.records import SUFFIXES, load_records
+from tunix_lite.data.synthetic import answer_of, make_splits
+from tunix_lite.evaluation import (RIGHT, TaskEval, answer_budget, distinct_prompts, reward_for, score,
+                                   wilson)
+
+SYNTHETIC = "synthetic"
+DEFAULT_N = 200  # synthetic prompts when --n is not given
+# The least reply budget: a reference completion may be a bare tagged answer (reasoning-gym's), and
+# a model that reasons first must not be cut off (the synthetic sort domain's reasoning needs ~90).
+MIN_NEW_TOKENS = 128
+SPECS = (f"{SYNTHETIC}, a records file ({', '.join(SUFFIXES)}) with prompt and answer columns, "
+         "or reasoning_gym:TASK[,TASK...]")
+
+
+def check_settings(*, n: int | None, samples: int, temperature: float,
+                   max_new_tokens: int | None) -> None:
+    """One line naming each bad value and its fix, before any data or weights load."""
+    problems = []
+    if n is not None and n < 1:
+        problems.append(f"--n {n}: evaluate at least 1 prompt")
+    if samples < 1:
+        problems.append(f"--samples {samples}: need 1 (greedy only) or more")
+    if samples > 1 and not temperature > 0:
+        problems.append(f"--temperature {temperature}: sampling {samples} answers per prompt "
+                        "needs a temperature > 0 (e.g. 1.0), or use --samples 1 for greedy only")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        problems.append(f"--max-new-tokens {max_new_tokens}: need at least 1")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def eval_records(spec: str, *, n: int | None = None,
+                 seed: int | None = None) -> tuple[list[dict], Callable[..., Sequence[float]]]:
+    """(records, reward_fn) for a data spec (see the module docstring): at most `n` distinct prompts
+    (None: all of a file, DEFAULT_N synthetic ones, the spec's size for reasoning-gym); `seed` draws
+    synthetic and reasoning-gym prompts (None: the spec's own, 0 for synthetic)."""
+    from tunix_lite.data import reasoning_gym
+
+    if reasoning_gym.is_spec(spec):
+        records = reasoning_gym.make_records(spec, size=n, seed=seed)
+    elif spec == SYNTHETIC:
+        n = DEFAULT_N if n is None else n
+        # Draw more rows than asked: the test split repeats some facts prompts, which are kept once.
+        rows = make_splits(0, 0, 4 * n, seed=seed or 0)["test"]
+        records = distinct_prompts(rows, limit=n)
+    elif Path(spec).suffix in SUFFIXES or Path(spec).expanduser().is_dir():
+        rows = load_records(spec, key="--data")
+        missing = [column for column in ("prompt", "answer") if column not in rows[0]]
+        if missing:
+            raise ValueError(f"--data {spec}: the records have no {' or '.join(missing)} column "
+                             f"(columns: {', '.join(sorted(rows[0]))}); evaluation needs prompt "
+                             "and answer")
+        records = distinct_prompts(rows, limit=n)
+    else:
+        raise ValueError(f"--data {spec!r}: not a data spec; give {SPECS}")
+    return records, reward_for(records)
+
+
+def _interval(right: np.ndarray) -> dict:
+    k, n = int(right.sum()), right.size
+    return {"accuracy": k / n, "ci95": list(wilson(k, n)), "n": n}
+
+
+def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples: int = 1,
+             temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0,
+             batch_size: int = 16, progress: bool = True) -> dict:
+    """The report (a JSON-ready dict, see the module docstring) of `model`'s greedy answers to
+    `records` and, for samples > 1, of `samples` answers per prompt at `temperature`.
+    max_new_tokens None: MIN_NEW_TOKENS, or room for the longest reference completion
+    (`answer_budget`) where that is more. A tqdm bar on stderr counts the prompts answered."""
+    from tqdm import tqdm
+
+    from tunix_lite.reasoning_eval import pass_and_majority, sample_completions
+
+    records = list(records)
+    if max_new_tokens is None:
+        max_new_tokens = MIN_NEW_TOKENS
+        if "completion" in records[0]:
+            references = [r["completion"] for r in records]
+            max_new_tokens = max(max_new_tokens, answer_budget(tokenizer, references))
+    task = TaskEval(model, tokenizer, records, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                    reward_fn=reward_fn)
+    passes = 1 + (samples > 1)
+    with tqdm(total=passes * len(records), desc="answering", unit="prompt", file=sys.stderr,
+              disable=not progress) as bar:
+        summary = task(progress=bar)
+        if samples > 1:
+            completions, _ = sample_completions(
+                model, tokenizer, records, samples=samples, temperature=temperature,
+                max_new_tokens=task.max_new_tokens, batch_size=task.batch_size, seed=seed,
+                progress=bar)
+    right = task.last_scores >= RIGHT
+    report = {**_interval(right), "format": summary["format"],
+              "reward": float(task.last_scores.mean()), "max_new_tokens": task.max_new_tokens}
+    domains = [r.get("domain", "all") for r in records]
+    report["per_task"] = {d: _interval(right[[x == d for x in domains]])
+                          for d in sorted(set(domains))}
+    if samples > 1:
+        repeated = [r for r in records for _ in range(samples)]
+        scores = score(reward_fn, repeated, completions).reshape(len(records), samples)
+        answers = [answer_of(c) for c in completions]
+        pass_k, maj_k = pass_and_majority(scores >= RIGHT, answers, samples, seed=seed)
+        report |= {"samples": samples, "temperature": temperature, f"pass@{samples}": pass_k,
+                   f"maj@{samples}": maj_k}
+        for d, row in report["per_task"].items():  # pass@K above greedy: what RL can sharpen, per task
+            rows = np.flatnonzero([x == d for x in domains])
+            picked = [answers[j * samples + i] for j in rows for i in range(samples)]
+            row[f"pass@{samples}"], row[f"maj@{samples}"] = pass_and_majority(
+                scores[rows] >= RIGHT, picked, samples, seed=seed)
+    return report
+
+
+def report_text(report: Mapping) -> str:
+    """The report for a terminal: the headline figures, then a markdown table per task."""
+    lo, hi = report["ci95"]
+    seed = "default" if report["seed"] is None else report["seed"]
+    lines = [f"{report['model']} on {report['data']} (n={report['n']}, seed {seed}, "
+             f"at most {report['max_new_tokens']} new tokens)",
+             f"greedy accuracy {report['accuracy']:.3f}  95% interval [{lo:.3f}, {hi:.3f}] "
+             "(Wilson)",
+             f"format          {report['format']:.3f}",
+             f"mean reward     {report['reward']:.3f}"]
+    if "samples" in report:
+        k = report["samples"]
+        lines.append(f"pass@{k} {report[f'pass@{k}']:.3f}  maj@{k} {report[f'maj@{k}']:.3f}  "
+                     f"({k} samples per prompt at temperature {report['temperature']})")
+    k = report.get("samples")
+    sampled = [f"pass@{k}", f"maj@{k}"] if k else []
+    lines += ["", "| task | n | accuracy | 95% interval |" + "".join(f" {c} |" for c in sampled),
+              "|---|---|---|---|" + "---|" * len(sampled)]
+    for task, row in report["per_task"].items():
+        lines.append(f"| {task} | {row['n']} | {row['accuracy']:.3f} | "
+                     f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] |"
+                     + "".join(f" {row[c]:.3f} |" for c in sampled))
+    return "\n".join(lines)
