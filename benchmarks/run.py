@@ -98,7 +98,8 @@ def setup(impl: str) -> None:
 
 
 def child_env() -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    # TUNIX_LITE_COMPILATION_CACHE=0: every first step is a compile (tunix_lite.load would reuse earlier runs')
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", TUNIX_LITE_COMPILATION_CACHE="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))  # peers import common
     return env
 

@@ -153,6 +153,29 @@ def test_packed_sequences_equal_separate_runs():
     np.testing.assert_allclose(out[:, 7:], forward(model, b), rtol=1e-5, atol=1e-4)
 
 
+def test_jax_fused_attention_equals_einsum_attention_with_padding_segments_and_window():
+    """set_training_options(attention="xla") runs jax.nn.dot_product_attention under the same mask (the route
+    "cudnn" takes on a GPU): logits and gradients equal this file's attention on left padding, packed
+    segments and a sliding window."""
+    model = random_model(small_config())
+    tokens = jax.random.randint(jax.random.key(4), (2, 12), 0, 97)
+    positions = jnp.array([[-1, -1] + list(range(10)), list(range(7)) + list(range(5))])
+    segments = jnp.array([[0] * 12, [0] * 7 + [1] * 5])
+
+    def loss(model):
+        logits = model(tokens, positions, segment_ids=segments)
+        return jnp.sum(jnp.where((positions >= 0)[..., None], logits, 0.0) ** 2)
+
+    reference, reference_grads = nnx.jit(nnx.value_and_grad(loss))(model)
+    T.set_training_options(model, attention="xla")
+    value, grads = nnx.jit(nnx.value_and_grad(loss))(model)
+    np.testing.assert_allclose(value, reference, rtol=1e-5)
+    for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(reference_grads)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    with pytest.raises(ValueError, match="attention must be one of"):
+        T.set_training_options(model, attention="flash")
+
+
 def test_kv_cache_decode_equals_full_recompute_past_the_window():
     """Prefill 6 tokens then decode 14 one by one (window 4): every step's logits match a full pass."""
     config = small_config()

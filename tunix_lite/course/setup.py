@@ -240,6 +240,9 @@ def setup(profile: str | None = None, fake_devices: int | None = 8, extras: Sequ
                 f"jax started with {n} CPU device(s) before setup() could ask for {fake_devices}: the flag "
                 "--xla_force_host_platform_device_count only works before jax initialises. Restart the kernel "
                 "(Colab: Runtime > Restart session) and run the setup cell before anything that imports jax.")
+    from tunix_lite import compile_cache
+
+    compile_cache.enable()  # a rerun of the notebook (or the next one) reads its compiled steps from disk
     backend = jax.default_backend()
     _warn_if_accelerator_unused(backend)
     name = choose_profile(profile, backend)

