@@ -125,6 +125,7 @@ def test_output_dir_under_a_file_or_unwritable_is_refused_before_compute(tmp_pat
 
 
 GOOD = {"prompt": "What is 2 + 2?", "completion": "<answer>4</answer>"}
+CHAT = b'{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "4"}]}\n'
 
 
 @pytest.mark.parametrize("name, content, message", [
@@ -142,6 +143,16 @@ GOOD = {"prompt": "What is 2 + 2?", "completion": "<answer>4</answer>"}
      "array.json line 3: not valid JSON (Expecting ',' delimiter, column 1)"),
     ("short.csv", b"prompt,completion\nWhat is 2 + 2?,4\nWhat is 3 + 3?\n",
      "short.csv line 3: 1 fields, the header has 2 (prompt, completion)"),
+    ("chat_int.jsonl", CHAT + b'{"messages": [{"role": "user", "content": 4}]}\n',
+     ("chat_int.jsonl line 2: 'messages' message 0: 'content' is a number (4), not a string; "
+      "write the message's text as a string")),
+    ("chat_parts.jsonl",
+     CHAT + b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}\n',
+     ("chat_parts.jsonl line 2: 'messages' message 0: 'content' is a list ([{'type': 'text', "
+      "'text': 'hi'}]), not a string; join the text parts into one string")),
+    ("chat_role.jsonl", CHAT + b'{"messages": [{"role": 1, "content": "hi"}]}\n',
+     ("chat_role.jsonl line 2: 'messages[].role' is a number, but a string at line 1; a column "
+      "holds one type")),
     ("notes.txt", b"hello\n", "notes.txt: expected a .jsonl, .json, .csv, .parquet file or a datasets directory "
                               "(save_to_disk)"),
     ("missing.jsonl", None, "missing.jsonl: no such file or directory"),
@@ -364,6 +375,28 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line(finished, tmp_path
     assert snapshot(out) == before
 
 
+@pytest.mark.slow  # shares the module's one training run
+def test_a_corrupt_latest_checkpoint_offers_the_intact_earlier_one(finished, tmp_path, capsys):
+    """Checkpoint 3's model arrays truncated: one line with tensorstore's reason (not its spec),
+    naming the intact checkpoint 2 and what to do; nothing is changed. Done as it says, the run
+    resumes at step 2."""
+    out, config = copy_run(finished, tmp_path)
+    for data in (out / "checkpoints/3/model").rglob("d/*"):
+        data.write_bytes(data.read_bytes()[:100])
+    before = snapshot(out)
+    code, _, err = cli(capsys, "train", "--config", config)
+    message = last_error(err)
+    assert code == 2
+    assert message.startswith(f"could not read checkpoint {out}/checkpoints/3: ValueError: ")
+    assert "OUT_OF_RANGE: Error " in message and "TensorStore" not in message and message.endswith(
+        f"; it may be corrupt. Checkpoint 2 reads: move {out}/checkpoints/3 out of "
+        f"{out}/checkpoints and rerun to resume from step 2")
+    assert snapshot(out) == before
+    (out / "checkpoints/3").rename(tmp_path / "corrupt-3")
+    code, printed, _ = cli(capsys, "train", "--config", config)
+    assert code == 0 and f"resumed {out} at step 2" in printed
+
+
 # `tunix-lite` in a process whose files may not grow past 4 KiB: writes fail with EFBIG as on a full disk (ENOSPC)
 SMALL_DISK_CLI = """import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -528,6 +561,44 @@ def test_bad_sampling_settings_stop_generate_before_the_model_loads(capsys, args
     assert code == 2 and only_error(err, "generate") == f"invalid sampling settings: {message}"
 
 
+def test_generate_refuses_a_prompt_that_is_not_utf8_and_an_empty_model_name(capsys):
+    # bytes that are not UTF-8 reach Python's argv as lone surrogates (surrogateescape)
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")
+    code, _, err = cli(capsys, "generate", "--prompt", "ok", "--prompt", bad)
+    assert code == 2 and only_error(err, "generate") == (
+        "--prompt 2: bytes b'\\xe9' at character 4 are not UTF-8; pass UTF-8 text (a UTF-8 "
+        "terminal or file encoding)")
+    for command, args in (("generate", ["--prompt", "hi"]), ("eval", [])):  # not the cwd
+        code, _, err = cli(capsys, command, "--model", "", *args)
+        assert code == 2 and only_error(err, command) == (
+            "model: expected a model name or checkpoint directory, got ''; for the current "
+            "directory, pass '.'")
+
+
+@pytest.mark.slow  # compiles the sampler
+def test_a_vocabulary_past_the_tokenizers_decodes(tmp_path, capsys):
+    """A model with 2,048 embeddings and a 1,024-piece tokenizer (as Qwen 3 pads its vocabulary):
+    the ids it samples past the tokenizer decode to nothing, rather than ending in a traceback."""
+    from tunix_lite.models import Transformer, get_config
+    from tunix_lite.sampler import Sampler
+    from tunix_lite.tokenizer import load_tokenizer
+    from tunix_lite.weights.hf import save_hf_model
+
+    config = get_config("tiny").replace(num_layers=1, embed_dim=64, num_heads=2, head_dim=16,
+                                        mlp_dim=128, vocab_size=2048)
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    embedding = model.embedder.embedding
+    embedding[...] = embedding[...].at[1024:].multiply(10.0)  # the tied logits favour the extra ids
+    save_hf_model(model, tmp_path)
+    shutil.copy(ASSETS / "tiny" / "tokenizer.model", tmp_path)
+    tokenizer = load_tokenizer(tmp_path)
+    assert (Sampler(model, tokenizer).generate(["hi"], 4).tokens >= 1024).any()
+    code, out, _ = cli(capsys, "generate", "--model", tmp_path, "--prompt", "hi",
+                       "--max-new-tokens", "4", "--json")
+    assert code == 0 and json.loads(out)["tokens"] == 4
+    assert tokenizer.decode([5, 1500, 6]) == tokenizer.decode([5, 6])
+
+
 @pytest.mark.slow  # compiles the sampler
 def test_generate_json_keeps_several_prompts_apart(micro, capsys):
     prompts = ["first line\nsecond line", "", 'a "quoted" prompt']
@@ -544,3 +615,42 @@ def test_records_pass_through_and_csv_values_stay_strings(tmp_path):
     assert load_records(rows) is rows
     (tmp_path / "d.csv").write_text("prompt,completion\nWhat is 2 + 2?,4\n")
     assert load_records(str(tmp_path / "d.csv")).to_list() == [{"prompt": "What is 2 + 2?", "completion": "4"}]
+
+
+# ------------------------------------------------------------------------------ RL prompts
+
+
+def grpo_config(tmp_path: Path, model: Path, prompts: list[str], **values) -> Path:
+    """A one-step GRPO run of `model` on these prompts (answer "4" each)."""
+    rows = "".join(json.dumps({"prompt": p, "answer": "4"}) + "\n" for p in prompts)
+    (tmp_path / "train.jsonl").write_text(rows)
+    data = str(tmp_path / "train.jsonl")
+    return write_yaml(tmp_path / "c.yaml", algorithm="grpo", model=str(model), train_data=data,
+                      validation_data=data, seq_len=48, max_new_tokens=8, group_size=2,
+                      batch_size=2, steps=1, warmup_steps=0, n_accuracy=0, beta=0.0,
+                      checkpoint_every=0, output_dir=str(tmp_path / "run"), **values)
+
+
+def test_grpo_prompts_too_long_name_the_file_and_a_drop_that_leaves_none_is_refused(
+        micro, tmp_path, capsys):
+    config = grpo_config(tmp_path, micro, ["What is 2 + 2?"] + ["word " * 60] * 2)
+    code, _, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and only_error(err).startswith(
+        f"train_data ({tmp_path}/train.jsonl): prompt 1 ('word word ")
+    assert only_error(err).endswith("...) is 70 tokens; at most 41 fit before the completion budget. "
+                                    "Raise seq_len, lower max_new_tokens, or set truncation: drop")
+    config = grpo_config(tmp_path, micro, ["word " * 60] * 3, truncation="drop")
+    code, _, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and only_error(err) == (
+        f"train_data ({tmp_path}/train.jsonl): all 3 prompts are longer than 41 tokens, so "
+        "truncation: drop left none; raise seq_len or max_prompt_tokens, or lower max_new_tokens")
+
+
+@pytest.mark.slow  # one GRPO step
+def test_grpo_says_how_many_prompts_truncation_drop_dropped(micro, tmp_path, capsys):
+    prompts = ["What is 2 + 2?"] * 5 + ["word " * 60] * 2
+    config = grpo_config(tmp_path, micro, prompts, truncation="drop")
+    code, out, _ = cli(capsys, "train", "--config", config)
+    assert code == 0
+    assert "5 prompts (left-padded to 24 tokens; 2 of 7 dropped as longer than 41 tokens, by " \
+           "truncation: drop) x 2 completions" in out

@@ -76,6 +76,8 @@ def test_rewards_are_weighted_logged_separately_and_get_only_their_columns():
     (lambda p, c, **k: [1.0, float("nan"), 0.0], "reward function 'bad' returned nan for completion 1"),
     (lambda p, c, **k: [1.0, None, 0.0], "reward function 'bad' returned nan for completion 1"),
     (lambda p, c, **k: ["a", "b", "c"], "reward function 'bad' returned 'a' \\(str\\), not a number"),
+    (lambda p, c, **k: [1.0, "1.0", 0.0],  # not read as a number
+     "reward function 'bad' returned '1.0' \\(str\\), not a number, for completion 1"),
 ])
 def test_a_misbehaving_reward_is_named(bad, message):
     rewards = Rewards({"format": reward_format, "bad": bad})

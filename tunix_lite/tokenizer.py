@@ -73,8 +73,11 @@ class Tokenizer:
         """Ids -> text. With skip_special=False, control tokens are spelled out (`<start_of_turn>`).
 
         decode(encode(s)) == s for any s without '▁' (U+2581), which SentencePiece reads as a space.
+        An id past the tokenizer's pieces decodes to nothing, as in HF tokenizers: a model's
+        vocabulary may be padded past its tokenizer's (Qwen 3's is), and it may sample those ids.
         """
-        ids = [int(i) for i in ids]  # also accepts numpy / jax arrays
+        size = self.vocab_size
+        ids = [i for i in map(int, ids) if 0 <= i < size]  # also accepts numpy / jax arrays
         is_special = [i in self._special or self.sp.is_control(i) for i in ids]
         if skip_special:
             return self.sp.decode([i for i, s in zip(ids, is_special) if not s])

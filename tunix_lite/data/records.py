@@ -6,9 +6,10 @@ Accepted: a JSON-lines file (.jsonl, or .json holding one object per line), a .j
 objects, a .csv file (a header row, every value a string), a .parquet file, or a directory written by
 `datasets.Dataset.save_to_disk`. A `datasets.Dataset` or a list of dicts passes through unchanged.
 
-Bad input stops with one line naming the file and, for text files, the 1-based line: JSON the parser rejects (with
-its message), bytes that are not UTF-8, a line that is not an object, a column whose type changes between records,
-a CSV row with the wrong number of fields, and a file with no records at all.
+Bad input stops with one line naming the file and, for text files, the 1-based line: JSON the
+parser rejects (with its message), bytes that are not UTF-8, a line that is not an object, a column
+(or a field nested in one) whose type changes between records, a chat message whose content is not a
+string, a CSV row with the wrong number of fields, and a file with no records at all.
 """
 
 from __future__ import annotations
@@ -118,19 +119,49 @@ def _read_csv(path: Path) -> tuple[list[dict], list[int]]:
 
 
 def _check_column_types(path: Path, records: list[dict], lines: list[int | None]) -> None:
-    """One line naming the first record whose value for a column has another type than the column's first."""
+    """One line naming the first record whose value for a column, or for a field or item nested in
+    one (such as 'messages[].content'), has another type than the first one there: datasets stores
+    each as one typed column and would fail without naming the record. A chat message's content
+    must be a string."""
     first: dict[str, tuple[type, int]] = {}
     for i, record in enumerate(records):
-        for name, value in record.items():
-            if value is None:
-                continue
-            kind = float if type(value) is int else type(value)  # 1 and 1.5 may share a column
-            if name not in first:
-                first[name] = (kind, i)
-            elif first[name][0] is not kind:
-                then, j = first[name]
-                raise ValueError(f"{path} {_where(lines, i)}: {name!r} is {_kind(value)}, but "
-                                 f"{_kind_name(then)} at {_where(lines, j)}; a column holds one type")
+        for column, value in record.items():
+            _check_messages(path, lines, i, column, value)
+            for name, item in _nested(column, value):
+                if item is None:
+                    continue
+                kind = float if type(item) is int else type(item)  # 1 and 1.5 may share a column
+                if name not in first:
+                    first[name] = (kind, i)
+                elif first[name][0] is not kind:
+                    then, j = first[name]
+                    raise ValueError(f"{path} {_where(lines, i)}: {name!r} is {_kind(item)}, but "
+                                     f"{_kind_name(then)} at {_where(lines, j)}; a column holds "
+                                     "one type")
+
+
+def _nested(name: str, value: Any):
+    """(name, value) for the value and each list item ('name[]') and field ('name.key') in it."""
+    yield name, value
+    if isinstance(value, list):
+        for item in value:
+            yield from _nested(f"{name}[]", item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _nested(f"{name}.{key}", item)
+
+
+def _check_messages(path: Path, lines: list[int | None], i: int, column: str, value: Any) -> None:
+    """A conversation's messages hold their text as a string: not a number, not a list of parts."""
+    if not isinstance(value, list):
+        return
+    for j, message in enumerate(value):
+        content = message.get("content") if isinstance(message, dict) else None
+        if content is not None and not isinstance(content, str):
+            fix = ("join the text parts into one string" if isinstance(content, list)
+                   else "write the message's text as a string")
+            raise ValueError(f"{path} {_where(lines, i)}: {column!r} message {j}: 'content' is "
+                             f"{_kind(content)} ({content!r:.60}), not a string; {fix}")
 
 
 def _where(lines: list[int | None], i: int) -> str:

@@ -180,8 +180,8 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
                            wrt=trained_variables(config), weights_dtype=config.rollout_dtype)
     stream = RolloutStream(config, model, engine, prompts, rewards, grpo_rows(config, model, padding_id(tokenizer)),
                            dynamic_sampling=config.dynamic_sampling, max_refills=config.max_refills)
-    report = (f"{len(prompts)} prompts (left-padded to {prompts.length} tokens) x {config.group_size} completions "
-              f"of <= {config.max_new_tokens} tokens; rows of {stream.row_len}; rewards "
+    report = (f"{prompts.report()} x {config.group_size} completions of <= "
+              f"{config.max_new_tokens} tokens; rows of {stream.row_len}; rewards "
               + " + ".join(f"{w:g} x {n}" for n, w in rewards.weights.items()))
     if rollout_mesh is not None:
         trainer_ids = [d.id for d in run.devices[:None if config.mesh else 1]]

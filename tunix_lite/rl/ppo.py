@@ -156,8 +156,9 @@ def run_ppo(config: PPOConfig, *, rewards=None, verbose: bool = True) -> RunResu
     loss = functools.partial(ppo_loss, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
                              beta=config.beta, kl_estimator=config.kl_estimator, value_clip=config.value_clip,
                              value_coef=config.value_coef)
-    report = (f"{len(prompts)} prompts x {config.group_size} completions of <= {config.max_new_tokens} tokens; "
-              f"value head on the policy's features; GAE(gamma={config.gamma}, lambda={config.lam})")
+    report = (f"{prompts.report()} x {config.group_size} completions of <= "
+              f"{config.max_new_tokens} tokens; value head on the policy's features; "
+              f"GAE(gamma={config.gamma}, lambda={config.lam})")
     run.say(report)
     result = run.train(critic, tokenizer, loss, stream.batches,
                        task_eval_fn(config, critic, tokenizer, validation, policy=lambda m: m.backbone),

@@ -102,6 +102,13 @@ class Rewards:
             except Exception as e:
                 raise RewardError(f"reward function {name!r} raised {type(e).__name__}: {e} (called on {R} "
                                   f"completions with columns {sorted(given)})") from e
+            text = next(((i, v) for i, v in enumerate(np.asarray(values, object).flat)
+                         if isinstance(v, (str, bytes))), None)
+            if text is not None:  # np.asarray(["1.0"], np.float64) would read it as a number
+                i, value = text
+                raise RewardError(f"reward function {name!r} returned {value!r} "
+                                  f"({type(value).__name__}), not a number, for completion {i}; "
+                                  "return one float per completion")
             try:
                 values = np.asarray(values, np.float64)
             except (TypeError, ValueError):

@@ -114,12 +114,15 @@ class Prompts:
     records: list[dict]
     ids: list[list[int]]
     length: int
+    max_tokens: int  # the longest prompt allowed
+    dropped: int = 0  # prompts longer than max_tokens, left out (drop_long)
 
     @classmethod
     def build(cls, records: Sequence[Mapping], tokenizer, *, max_tokens: int, template: str | None = None,
               drop_long: bool = False, multiple: int = 8) -> "Prompts":
         """Format each record's "prompt" as a user turn. A prompt longer than `max_tokens` raises (naming the
-        record) unless `drop_long`. `length` is the longest prompt rounded up to `multiple`, capped at max_tokens."""
+        record) unless `drop_long`, which leaves it out and counts it (all left out raises).
+        `length` is the longest prompt rounded up to `multiple`, capped at max_tokens."""
         records = [dict(r) for r in records]
         if not records or "prompt" not in records[0]:
             raise ValueError(f"RL prompts need records with a 'prompt' column, got {sorted(records[0]) if records else 'none'}")
@@ -135,17 +138,30 @@ class Prompts:
             kept.append(record)
             ids.append(tokens)
         if not kept:
-            raise ValueError(f"no prompt fits in {max_tokens} tokens")
+            raise ValueError(f"all {len(records)} prompts are longer than {max_tokens} tokens, so "
+                             "truncation: drop left none; raise seq_len or max_prompt_tokens, or "
+                             "lower max_new_tokens")
         longest = max(map(len, ids))
-        return cls(kept, ids, min(-(-longest // multiple) * multiple, max_tokens))
+        return cls(kept, ids, min(-(-longest // multiple) * multiple, max_tokens), max_tokens,
+                   len(records) - len(kept))
 
     def __len__(self) -> int:
         return len(self.records)
 
     @classmethod
     def from_config(cls, config, records, tokenizer) -> "Prompts":
-        return cls.build(records, tokenizer, max_tokens=config.prompt_budget, template=config.template,
-                         drop_long=config.truncation == "drop")
+        """The config's train_data as prompts; an error starts with the key and the file."""
+        try:
+            return cls.build(records, tokenizer, max_tokens=config.prompt_budget,
+                             template=config.template, drop_long=config.truncation == "drop")
+        except ValueError as e:
+            raise ValueError(f"train_data ({config.train_data}): {e}") from None
+
+    def report(self) -> str:
+        """How many prompts, their padded length, and how many were dropped as too long."""
+        dropped = (f"; {self.dropped} of {self.dropped + len(self)} dropped as longer than "
+                   f"{self.max_tokens} tokens, by truncation: drop") if self.dropped else ""
+        return f"{len(self)} prompts (left-padded to {self.length} tokens{dropped})"
 
 
 # ----------------------------------------------------------------------------- scored groups

@@ -12,6 +12,8 @@ before anything is read, naming the first array that differs.
 Failures reach the caller as one CheckpointError naming the step folder and the OS error (disk full, permission),
 whether they happen while saving (in the background) or restoring; orbax's own error logs and the "Event loop is
 closed" echoes of the same failure are held back, and `close()` after a failure does not raise it a second time.
+A latest checkpoint whose files do not read (truncated, corrupt) is reported with the newest earlier one that
+reads, and how to resume from it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from flax import nnx
 
 class CheckpointError(RuntimeError):
     """A checkpoint that could not be written or read, or does not fit the model it is restored into."""
+
+
+class _Unreadable(Exception):
+    """A checkpoint whose files do not read (__cause__ says why): restore offers an earlier one."""
 
 
 def _abstract(state: nnx.State) -> dict:
@@ -52,8 +58,11 @@ def _os_reason(error: BaseException) -> str:
         if code:
             return f"[Errno {code.group(1)}] {os.strerror(int(code.group(1)))}"
         todo += [e.__cause__, e.__context__, *getattr(e, "exceptions", ())]
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:300] if text else ''}"
+    chain = [error]  # to the root cause: tensorstore's words, not orbax's repr of its spec
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) and cause not in chain:
+        chain.append(cause)
+    text = str(chain[-1]).strip().splitlines()
+    return f"{type(chain[-1]).__name__}: {text[0][:300] if text else ''}"
 
 
 def _flat(tree, prefix=()) -> dict[tuple, object]:
@@ -182,12 +191,10 @@ class Checkpoints:
         if optimizer is not None:
             optimizer_state = nnx.state(optimizer)
             targets["optimizer"] = _abstract(optimizer_state)
-        self._check_fits(step, targets)
-        items = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
         try:
-            restored = self.manager.restore(step, args=ocp.args.Composite(**items, meta=ocp.args.JsonRestore()))
-        except Exception as e:
-            raise self._error(step, e, "read") from None
+            restored = self._read(step, targets)
+        except _Unreadable as e:
+            raise self._unreadable(step, e.__cause__, targets) from None
         nnx.replace_by_pure_dict(model_state, restored["model"])
         nnx.update(model, model_state)
         if optimizer is not None:
@@ -195,12 +202,35 @@ class Checkpoints:
             nnx.update(optimizer, optimizer_state)
         return restored["meta"]
 
+    def _read(self, step: int, targets: dict) -> dict:
+        """Checkpoint `step` read into `targets`' shapes; _Unreadable if its files do not read."""
+        self._check_fits(step, targets)
+        items = {name: ocp.args.StandardRestore(target) for name, target in targets.items()}
+        items["meta"] = ocp.args.JsonRestore()
+        try:
+            return self.manager.restore(step, args=ocp.args.Composite(**items))
+        except Exception as e:
+            raise _Unreadable from e
+
+    def _unreadable(self, step: int, error: BaseException, targets: dict) -> CheckpointError:
+        """The read error, offering the newest earlier checkpoint that reads in full."""
+        message = str(self._error(step, error, "read"))
+        for earlier in reversed([s for s in self.steps if s < step]):
+            try:
+                self._read(earlier, targets)
+            except (_Unreadable, CheckpointError):
+                continue
+            return CheckpointError(f"{message}; it may be corrupt. Checkpoint {earlier} reads: "
+                                   f"move {self.directory / str(step)} out of {self.directory} and "
+                                   f"rerun to resume from step {earlier}")
+        return CheckpointError(message)
+
     def _check_fits(self, step: int, targets: dict) -> None:
         """CheckpointError naming the first array that differs, before orbax reads (and fails on) any of them."""
         try:
             stored = self.manager.item_metadata(step)
         except Exception as e:
-            raise self._error(step, e, "read") from None
+            raise _Unreadable from e
         for item, target in targets.items():
             if stored.get(item) is None:
                 raise CheckpointError(f"checkpoint {self.directory / str(step)} has no {item!r} item; it was not "
