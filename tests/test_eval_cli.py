@@ -126,6 +126,20 @@ def test_training_run_directories_load(tmp_path, capsys, monkeypatch):
     scripted_sampler(monkeypatch, {1: ["<answer>x</answer>"] * 4})
     assert run_json(capsys, "--model", str(run), "--n", "4")["n"] == 4
 
+    # a LoRA run that started from that LoRA run (RL after a LoRA warm-up): the chain merges
+    from tunix_lite.lora import merge_lora
+
+    second = merge_lora(model)
+    apply_lora(second, rank=2, alpha=2.0, targets=[r"mlp\.up_proj"], rngs=nnx.Rngs(1))
+    for _, layer in lora_layers(second):
+        layer.lora_b.set_value(jnp.asarray(rng.normal(size=layer.lora_b.shape) * 0.1, jnp.float32))
+    chained = tmp_path / "chained"
+    chained.mkdir()
+    save_adapters(second, chained / "adapters.safetensors")
+    (chained / "config.yaml").write_text(SFTConfig(model=str(run), lora_rank=2, lora_alpha=2.0).to_yaml())
+    np.testing.assert_allclose(np.asarray(loading.load(chained)[0](tokens)), np.asarray(second(tokens)),
+                               rtol=1e-5, atol=1e-5)
+
 
 @pytest.mark.parametrize("args, named", [
     (["--model", "./no_such_model"], "no_such_model"),
@@ -136,10 +150,13 @@ def test_training_run_directories_load(tmp_path, capsys, monkeypatch):
     (["--n", "0"], "--n 0"),
     (["--samples", "0"], "--samples 0"),
     (["--samples", "4", "--temperature", "0"], "--temperature 0.0"),
+    (["--data", "reasoning_gym:leg_countin"], "did you mean leg_counting"),
+    (["--data", "reasoning_gym:leg_counting?leg_counting.legs=4"], "no config key 'legs'"),
+    (["--data", "reasoning_gym:game_of_life_halting"], "full marks, so it can neither"),
 ])
 def test_bad_input_is_one_line_before_the_model_loads(args, named, tmp_path, capsys, monkeypatch):
     files = {"{no_answer}": write_jsonl(tmp_path / "a.jsonl", [{"prompt": "2 + 2", "solution": "4"}]),
-             "{no_prompt}": write_jsonl(tmp_path / "p.jsonl", [{"question": "2 + 2", "answer": "4"}])}
+             "{no_prompt}": write_jsonl(tmp_path / "p.jsonl", [{"question": "2", "answer": "4"}])}
     args = [str(files.get(a, a)) for a in args]
 
     def no_load(*_, **__):

@@ -131,7 +131,7 @@ def test_the_probe_refuses_a_scorer_that_gives_wrong_answers_full_marks(tmp_path
     grpo = {"algorithm": "grpo", "rewards": ["reasoning_gym"]}
     assert cli_error(capsys, tmp_path, **grpo, train_data="reasoning_gym:game_of_life_halting") == (
         "rewards: reasoning_gym:game_of_life_halting: its scorer gives the garbage answer "
-        "'@@ zqxv @@' full marks, so it cannot be an RL reward; choose another task")
+        "'@@ zqxv @@' full marks, so it can neither reward nor evaluate; choose another task")
     monkeypatch.setattr(reasoning_gym_scorer, "score_entry", lambda answer, entry: 1.0)  # a stub
     with pytest.raises(ValueError, match="leg_counting: its scorer gives an empty answer full"):
         reasoning_gym.probe_scorers(["leg_counting"])

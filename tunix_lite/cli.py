@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 from importlib import metadata
@@ -47,6 +48,13 @@ def cmd_generate(args) -> int:
 
     settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     check_sampling(args.max_new_tokens, 1, args.temperature, args.top_k, args.top_p)  # before the model loads
+    for i, prompt in enumerate(args.prompt, start=1):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as e:  # Python keeps an argument's bad bytes as lone surrogates
+            raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
+            raise ValueError(f"--prompt {i}: bytes {raw!r} at character {e.start + 1} are not "
+                             "UTF-8; pass UTF-8 text (a UTF-8 terminal or file encoding)") from None
     model, tokenizer = load(args.model, verbose=True)
     sampler = Sampler(model, tokenizer)
     prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p for p in args.prompt]
@@ -112,7 +120,8 @@ def cmd_eval(args) -> int:
     model_config(args.model)  # a missing model directory is named here, before data or weights load
     records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
     model, tokenizer = load(args.model, verbose=True)
-    report = {"model": args.model, "data": args.data, "seed": args.seed}
+    report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model, "data": args.data,
+              "seed": args.seed}
     report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        seed=args.seed or 0)
@@ -214,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return (grading.main if argv[0] == "grade" else build.main)(argv[1:])
     args = build_parser().parse_args(argv)
+    args.argv = argv  # what a report quotes as the command that made it
     if args.no_compile_cache:
         from tunix_lite import compile_cache
 

@@ -26,7 +26,7 @@ ADAPTERS = "adapters.safetensors"  # what a LoRA run exports into its output_dir
 
 def resolve_checkpoint(name_or_path: str | Path) -> Path:
     """The checkpoint directory for a model name, local path or hub id."""
-    name = str(name_or_path)
+    name = _checked_name(name_or_path)
     if name == "tiny":
         return ASSETS / "tiny"
     if name == "gemma3-270m":
@@ -47,6 +47,15 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
         return download(HUB_IDS.get(name, name))
     raise ValueError(f"unknown model {name!r}: choose one of {', '.join(LOCAL_MODELS + tuple(HUB_IDS))}, "
                      "a local checkpoint directory (config.json + *.safetensors + tokenizer), or a hub id like org/name")
+
+
+def _checked_name(name_or_path: str | Path) -> str:
+    """The name as a string; an empty one is refused rather than read as the current directory."""
+    name = str(name_or_path)
+    if not name.strip():
+        raise ValueError(f"model: expected a model name or checkpoint directory, got {name!r}; "
+                         "for the current directory, pass '.'")
+    return name
 
 
 def _looks_local(name: str) -> bool:
@@ -74,7 +83,7 @@ def model_config(name_or_path: str | Path):
     from tunix_lite.models.config import PRESETS
     from tunix_lite.weights.hf import read_config
 
-    name = str(name_or_path)
+    name = _checked_name(name_or_path)
     if name == "tiny":
         name = str(ASSETS / "tiny")
     elif name in PRESETS:
@@ -141,7 +150,8 @@ def _lora_run_config(directory: Path) -> dict:
 
 def load_lora_run(directory: str | Path):
     """(model, tokenizer) of a LoRA run's output_dir: the base model its config.yaml names (a
-    relative path is read from the current directory, as the training command read it), with LoRA
+    relative path is read from the current directory, as the training command read it; another
+    LoRA run's folder is loaded and merged, so runs chain), with LoRA
     layers (QLoRA where the run quantized the base) on exactly the layers adapters.safetensors
     holds, then those adapters loaded into them."""
     import re
@@ -149,7 +159,7 @@ def load_lora_run(directory: str | Path):
     from flax import nnx
     from safetensors import safe_open
 
-    from tunix_lite.lora import apply_lora, load_adapters
+    from tunix_lite.lora import apply_lora, load_adapters, lora_layers, merge_lora
 
     directory = Path(directory)
     config = _lora_run_config(directory)
@@ -161,6 +171,8 @@ def load_lora_run(directory: str | Path):
     except (OSError, ValueError) as e:
         raise type(e)(f"{directory}/config.yaml names the base model {config['model']!r}: "
                       f"{e}") from None
+    if lora_layers(model):  # the base is a LoRA run too (RL after a LoRA warm-up): fold it in first
+        model = merge_lora(model)
     apply_lora(model, rank=config["lora_rank"], alpha=config["lora_alpha"],
                quantize=config.get("quantize"),
                targets=[f"^{re.escape(layer)}$" for layer in layers], rngs=nnx.Rngs(0))

@@ -68,6 +68,7 @@ def eval_records(spec: str, *, n: int | None = None,
     from tunix_lite.data import reasoning_gym
 
     if reasoning_gym.is_spec(spec):
+        reasoning_gym.probe_scorers(spec)  # a scorer that passes any answer would make accuracy a lie
         records = reasoning_gym.make_records(spec, size=n, seed=seed)
     elif spec == SYNTHETIC:
         n = DEFAULT_N if n is None else n

@@ -62,11 +62,13 @@ def build_model(config):
     """The model to train: loaded by name or path, with LoRA/QLoRA and the compute options applied.
     The model's context length is checked against seq_len before the weights are read."""
     from tunix_lite.loading import load, model_config
-    from tunix_lite.lora import apply_lora
+    from tunix_lite.lora import apply_lora, lora_layers, merge_lora
     from tunix_lite.models import set_training_options
 
     check_against_model(config, model_config(config.model))
     model, tokenizer = load(config.model)
+    if lora_layers(model):  # a LoRA run's output_dir: its adapters are part of the starting model
+        model = merge_lora(model)
     check_against_model(config, model.config)
     if config.lora_rank:
         apply_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout,
