@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 
 from tunix_lite.course import graded, rules
-from tunix_lite.course.grading import gate
+from tunix_lite.course.grading import gate, run_test
 from tunix_lite.course.notebook import code_sources, graded_code, load_impl, read
-from tunix_lite.course.worker import run_test
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """The grader, both ways round: solutions pass every graded test and stubs fail every one; and every attack on
-the grader named in issue 17 is performed here and shown to fail.
+the grader named in issue 17 is performed here and shown to fail (issue 34's are in test_grader_security.py).
 
 Most attacks run against a tiny hidden phase ("99": double / square / negate integers drawn per run), so each
 costs one worker start (python + jax, a few seconds), not a phase's tests.
@@ -150,9 +150,9 @@ def test_an_atexit_hook_cannot_add_results(tiny):
     assert report["score"] == 0
 
 
-def test_lines_written_to_the_results_pipe_need_the_nonce(tiny):
-    """A graded cell finds the results pipe (any fd that is a pipe) and writes forged results into it: without the
-    per-run nonce, which the worker read from stdin before learner code ran, they are counted and ignored."""
+def test_lines_written_to_the_results_pipe_are_not_results(tiny):
+    """A graded cell finds the worker's pipes (any fd that is a pipe) and writes forged results into them: the
+    worker answers calls with values only, and the tests that judge them run in the grader."""
     tests, notebook = tiny
     forge = """
     for fd in map(int, os.listdir('/proc/self/fd')):
@@ -165,7 +165,7 @@ def test_lines_written_to_the_results_pipe_need_the_nonce(tiny):
             pass
     """
     report = _grade(tests, notebook(_cell(forge, *STUBS.values())))
-    assert report["score"] == 0 and report["ignored_messages"] >= 2
+    assert report["score"] == 0
 
 
 IMPORT = """
@@ -174,10 +174,10 @@ _imp = _b['__imp' + 'ort__']  # an import the static scan cannot see
 """
 
 
-def test_replacing_the_test_runner_or_assertions_scores_nothing(tiny):
-    """Before: a graded cell could swap the runner. Now the worker holds its own references (swapping module
-    attributes changes nothing), and a guard marks the run "not allowed" when the libraries the tests rely on
-    are patched. The dynamic import below also slips past the static no-library scan on purpose."""
+def test_replacing_the_test_runner_or_assertions_changes_nothing(tiny):
+    """Before: a graded cell could swap the runner, or patch numpy.testing. Now neither is in the worker's
+    reach: the runner, the assertions and the score live in the grader, so a patch leaves the true score.
+    The dynamic import below also slips past the static no-library scan on purpose."""
     tests, notebook = tiny
     runner = """
     _imp('tunix_lite.course.worker', fromlist=['x']).run_test = lambda test, impl, rng: ('passed', '')
@@ -191,12 +191,12 @@ def test_replacing_the_test_runner_or_assertions_scores_nothing(tiny):
         patched = (f"{patch}\n{RIGHT['double']}" if when == "while loading" else
                    f"def double(x):\n    {patch}\n    return 2 * x")
         report = _grade(tests, notebook(_cell(IMPORT, patched), _cell(RIGHT["square"])))
-        assert report["score"] == 0 and {t["outcome"] for t in report["tests"]} == {"not_allowed"}, when
+        assert _scores(report) == {"double": 2, "square": 1, "negate": 0}, when
 
 
 def test_first_result_wins(tiny, tmp_path):
     """A later exercise's code that reaches the worker's own sender (through the call stack) and re-sends a
-    passing result for an earlier, failed test does not change it: the first result per test is kept."""
+    passing result for an earlier, failed test does not change it: results are decided in the grader."""
     tests, notebook = tiny
     resend = """
     import sys
@@ -204,8 +204,10 @@ def test_first_result_wins(tiny, tmp_path):
         frame = sys._getframe(1)
         while frame and 'send' not in frame.f_locals:
             frame = frame.f_back
-        if frame:
-            frame.f_locals['send'](kind='result', exercise='double', test='test_double', outcome='passed', message='')
+        try:
+            frame.f_locals['send'](kind='result', exercise='double', test='test_double', outcome='passed')
+        except Exception:  # the worker's own sender (if any) carries values, not results
+            pass
         return x * x
     """
     report = _grade(tests, notebook(_cell("def double(x):\n    return 0"), _cell(resend)))
@@ -269,34 +271,36 @@ def test_the_worker_runs_in_a_fresh_directory_with_a_scrubbed_environment(tiny, 
     start = tmp_path / "start"
     start.mkdir()
     (start / "precious.txt").write_text("keep me")
-    env_dump = tmp_path / "env.json"
     monkeypatch.setenv("TUNIX_LITE_TEST_SECRET", "s3cret")
     monkeypatch.chdir(start)
     wipe = f"""
     import shutil
     for name in os.listdir('.'):
         shutil.rmtree(name, ignore_errors=True) if os.path.isdir(name) else os.remove(name)
-    open({str(env_dump)!r}, 'w').write(json.dumps({{'env': dict(os.environ), 'cwd': os.getcwd()}}))
+    def square(x):
+        raise ValueError(json.dumps({{'secret': 'TUNIX_LITE_TEST_SECRET' in os.environ,
+                                      'pwd': 'PWD' in os.environ, 'cwd': os.getcwd()}}))
     """
     report = _grade(tests, notebook(_cell(wipe, RIGHT["double"])))
     assert _scores(report)["double"] == 2
     assert (start / "precious.txt").read_text() == "keep me"
-    seen = json.loads(env_dump.read_text())
-    assert "TUNIX_LITE_TEST_SECRET" not in seen["env"] and "PWD" not in seen["env"]
+    message = next(t["message"] for t in report["tests"] if t["exercise"] == "square")
+    seen = json.loads(message.split(": ", 1)[1])
+    assert not seen["secret"] and not seen["pwd"]
     assert not Path(seen["cwd"]).exists() and Path(seen["cwd"]) != start, "a temporary directory, removed after"
 
 
-def test_a_hang_costs_one_exercise_and_its_grandchildren_die(tiny, tmp_path):
+def test_a_hang_costs_one_exercise_and_its_grandchildren_die(tiny):
     """Before: one 600 s timeout for the whole notebook; a hang zeroed every later exercise and a grandchild
     (even one in its own session) survived the kill. Now each exercise has its own limit, the worker restarts
     for the next one, and everything it started is killed."""
     tests, notebook = tiny
-    pid_file = tmp_path / "grandchild.pid"
+    token = f"grandchild-{os.getpid()}-{time.monotonic_ns()}"
     hang = f"""
     import subprocess
     def square(x):
-        child = subprocess.Popen(['sleep', '300'], start_new_session=True)
-        open({str(pid_file)!r}, 'w').write(str(child.pid))
+        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {token!r}],
+                         start_new_session=True)
         while True:
             pass
     """
@@ -305,8 +309,12 @@ def test_a_hang_costs_one_exercise_and_its_grandchildren_die(tiny, tmp_path):
     assert _scores(report) == {"double": 2, "square": 0, "negate": 1}
     assert {t["outcome"] for t in report["tests"] if t["exercise"] == "square"} == {"timeout"}
     assert time.monotonic() - start < 60
-    pid = int(pid_file.read_text())
-    assert not Path(f"/proc/{pid}").exists(), "the grandchild outlived the grader"
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                assert token.encode() not in (proc / "cmdline").read_bytes(), "the grandchild outlived the grader"
+            except OSError:
+                pass
 
 
 def test_a_crash_or_a_hang_while_loading_costs_only_its_own_cell(tiny):

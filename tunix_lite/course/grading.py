@@ -5,10 +5,12 @@ cells that define exercise functions (tunix_lite.course.notebook states the rule
 rule (tunix_lite.course.rules) and the same partial credit (an exercise's invariant tests count only once
 its reference tests pass). Inputs are drawn per run from a fresh seed.
 
-`grade` runs the notebook in a worker process (tunix_lite.course.worker) with a time limit per exercise,
-reads results only from its own pipe, kills everything the worker started, then prints a table and writes
-JSON (atomically). It is self-assessment, not an exam: the worker runs your code, and code that sets out to
-fool a grader in its own process can. For stakes, `--tests DIR` runs hidden tests (course/GRADING.md):
+`grade` runs the notebook's graded cells in a confined worker process (tunix_lite.course.worker)
+and the tests here, in the grader: they call the learner's functions through the worker and get
+plain data back (tunix_lite.course.calls), so references, hidden tests and the score never enter the
+learner's process. Each exercise has a time limit; everything the worker started is killed; then
+it prints a table (messages cut to MESSAGE_CHARS) and writes JSON (atomically). `--tests DIR` runs
+hidden tests (course/GRADING.md):
 
     tunix-lite grade exercises/01_jax_nnx_exercises.ipynb [--json out.json] [--timeout 30] [--seed N]
     tunix-lite grade submission.ipynb --phase 01 --tests hidden/ --json results/grade.json   # + results.json
@@ -30,13 +32,39 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
+from tunix_lite.course.notebook import _short
+
 EXERCISE_SECONDS = 30.0  # per exercise (and per graded cell while loading); the solutions take 1-5 s each
 STARTUP_SECONDS = 120.0  # python + jax + the test module, before the first graded cell
 SYMBOL = {"passed": "✓", "failed": "✗", "error": "✗", "not_implemented": "·", "timeout": "⏱",
           "not_allowed": "⊘", "blocked": "○"}
-SELF_ASSESSMENT = ("self-assessment: your code ran in the grading process, so this score is evidence for you, "
-                   "not proof for others (course/GRADING.md)")
+MESSAGE_CHARS = 500  # per test: the first failing value, not a dump of the learner's output
+SELF_ASSESSMENT = ("self-assessment: the tests and this score ran in the grader's process, your code "
+                   "in a confined worker ({isolation}); on your own machine you can still change the "
+                   "grader itself (the installed package, its tests, this report), so the score is "
+                   "evidence for you, not proof for others (course/GRADING.md)")
+VISIBILITY = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's, per test
 BLOCKED = "counts once this exercise's reference test passes"
+
+
+def run_test(test, impl, rng) -> tuple[str, str]:
+    """(outcome, message); outcome is passed | failed | error | not_implemented."""
+    import jax
+
+    from tunix_lite.course.sandbox import WorkerLost
+
+    try:
+        with jax.default_matmul_precision("float32"):  # TPU defaults to bf16 passes: grade at f32
+            test(impl, rng)
+    except NotImplementedError as e:
+        return "not_implemented", str(e)
+    except AssertionError as e:
+        return "failed", _short(str(e) or "assertion failed", MESSAGE_CHARS)
+    except WorkerLost:
+        raise
+    except BaseException as e:  # noqa: BLE001 - any crash in learner code (sys.exit too) fails it
+        return "error", _short(f"{type(e).__name__}: {e}", MESSAGE_CHARS)
+    return "passed", ""
 
 
 def gate(results: list[tuple[Callable, str, str]]) -> list[tuple[Callable, str, str]]:
@@ -133,8 +161,6 @@ def _as_graded(exercise, fn: Callable, namespace: dict) -> tuple[object, str | N
 def _check(name: str, fn: Callable | None, namespace: dict, reuse: bool = False) -> tuple[int, int]:
     """Check one exercise; with `reuse`, code that already passed every check in this session is not rerun."""
     from tunix_lite.course import graded, rules
-    from tunix_lite.course.worker import run_test
-
     exercise = graded.find(name)
     total = len(exercise.tests)
     if fn is None:
@@ -177,15 +203,20 @@ def _check(name: str, fn: Callable | None, namespace: dict, reuse: bool = False)
 
 
 def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | None = None,
-          tests_dir: str | Path | None = None, seed: int | None = None, previous: dict | None = None,
-          startup_timeout: float = STARTUP_SECONDS) -> dict:
-    """Grade one notebook in worker processes; returns the report `main` prints and saves.
+          tests_dir: str | Path | None = None, seed: int | None = None,
+          previous: dict | None = None, startup_timeout: float = STARTUP_SECONDS) -> dict:
+    """Grade one notebook: its graded cells run in a confined worker (tunix_lite.course.worker), the
+    tests here, calling the learner's functions through it (tunix_lite.course.calls); returns the
+    report `main` prints and saves.
 
-    `previous` (the last report for this notebook) counts failing attempts, which unlock hint tiers."""
-    from tunix_lite.course import graded, rules
+    `previous` (the last report for this notebook) counts failing attempts, which unlock hint
+    tiers."""
+    from tunix_lite import sandbox
+    from tunix_lite.course import calls, graded, rules
     from tunix_lite.course.notebook import code_sources, defines, graded_code, phase_of, read
-    from tunix_lite.course.sandbox import Worker, reaping
+    from tunix_lite.course.sandbox import Worker, WorkerLost, reaping
 
+    sandbox.harden_current_process()  # the worker cannot read our environment or memory
     path = Path(path)
     phase = phase or phase_of(path)
     module = graded.module_for(phase, tests_dir)
@@ -194,72 +225,97 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     sources = code_sources(read(path))
     code = graded_code(sources, by_name)
     seed = secrets.randbits(63) if seed is None else seed
-    nonce = secrets.token_hex(16)
     results: dict[tuple[str, str], tuple[str, str]] = {}
 
     def fill(names, outcome, message):
         for name in names:
             for test in by_name[name].tests:
-                results.setdefault((name, test.__name__), (outcome, message))
+                results.setdefault((name, test.__name__), (outcome, _short(message, MESSAGE_CHARS)))
 
     others = [src for src in sources if not defines(src, by_name)]
-    for name, used in rules.violations(code.cells, others, {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN
-                                                              for ex in exercises}).items():
-        fill([name], "not_allowed", f"graded cells may not use {', '.join(used)} (write it yourself)")
-    orders = {"nonce": nonce, "seed": seed, "phase": phase, "where": path.name, "imports": list(code.imports),
-              "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": [],
-              "tests_source": Path(module.__file__).read_text(encoding="utf-8") if tests_dir else None,
-              "tests_name": getattr(module, "__file__", "")}
-    ignored, start = 0, time.perf_counter()
+    forbidden = {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN for ex in exercises}
+    for name, used in rules.violations(code.cells, others, forbidden).items():
+        fill([name], "not_allowed",
+             f"graded cells may not use {', '.join(used)} (write it yourself)")
+    orders = {"parent": os.getpid(), "where": path.name, "imports": list(code.imports),
+              "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": []}
+    start, isolation = time.perf_counter(), {}
     fresh = dict(prefix="tunix-lite-grade-", ignore_cleanup_errors=True)
     with (reaping() as sweep, tempfile.TemporaryDirectory(**fresh) as workdir,
           tempfile.TemporaryDirectory(**fresh) as logdir):
         for attempt in range(len(exercises) + len(code.cells) + 1):
-            todo = [ex.name for ex in exercises if any((ex.name, t.__name__) not in results for t in ex.tests)]
+            todo = [ex.name for ex in exercises
+                    if any((ex.name, t.__name__) not in results for t in ex.tests)]
             if not todo:
                 break
-            worker = Worker([sys.executable, "-m", "tunix_lite.course.worker"], orders | {"exercises": todo},
-                            workdir=workdir, log=os.path.join(logdir, f"{attempt}.log"))
-            state = {"deadline": time.monotonic() + startup_timeout, "cell": None, "exercise": None}
-            finished = timed_out = False
-            for message in worker.messages(lambda: state["deadline"]):
-                if message is None:
-                    timed_out = True
-                    break
-                if message.get("nonce") != nonce:
-                    ignored += 1  # not from our worker's own sender: forged, or garbled
-                    continue
-                kind = message.get("kind")
-                if kind in ("cell", "loaded", "start"):
-                    state["deadline"] = time.monotonic() + timeout
-                    state["cell"] = message.get("index") if kind == "cell" else None
-                    state["exercise"] = message.get("exercise") if kind == "start" else None
-                elif kind == "result":
-                    key = (message.get("exercise"), message.get("test"))
-                    if key[0] in by_name and key[1] in {t.__name__ for t in by_name[key[0]].tests}:
-                        results.setdefault(key, (str(message.get("outcome")), str(message.get("message"))))
-                elif kind == "done":
-                    finished = True
-                    break
-            worker.stop()
-            sweep()
-            if finished:
-                continue
-            tail = worker.log_tail().strip().splitlines()[-1:] or ["no output"]
-            outcome, why = (("timeout", f"ran past the {timeout:.0f} s limit of one exercise") if timed_out
-                            else ("error", f"the worker exited: {tail[0][:200]}"))
-            if state["exercise"] in by_name:
-                fill([state["exercise"]], outcome, why)
-            elif state["cell"] is not None:
-                orders["skip_cells"].append(state["cell"])
-                fill(code.cells[state["cell"]][1], outcome, f"its cell {why.replace('one exercise', 'a cell')}")
-            else:
-                fill(by_name, outcome, f"the grader could not start: {why}")
-    return _report(path, phase, exercises, results, seed=seed, seconds=time.perf_counter() - start,
-                   tests_dir=tests_dir, ignored=ignored, previous=previous)
+            worker = Worker([sys.executable, "-m", "tunix_lite.course.worker"],
+                            orders | {"exercises": todo}, workdir=workdir,
+                            log=os.path.join(logdir, f"{attempt}.log"))
+            worker.deadline = time.monotonic() + startup_timeout
+            state = {"cell": None, "exercise": None}
+            try:
+                loaded = _load(worker, timeout, state)
+                isolation = isolation or loaded["isolation"]
+                impl = calls.Remote(worker.ask)
+                for name in todo:
+                    state["exercise"], worker.deadline = name, time.monotonic() + timeout
+                    for test in by_name[name].tests:
+                        if name in loaded["errors"]:
+                            outcome, message = "error", str(loaded["errors"][name])
+                        elif name not in loaded["defined"]:
+                            outcome, message = "error", f"the notebook defines no function {name!r}"
+                        else:
+                            outcome, message = run_test(test, impl, graded.test_rng(seed, test))
+                        if worker.lost:  # inside a jitted call it surfaced as another error
+                            raise WorkerLost(worker.lost)
+                        results.setdefault((name, test.__name__),
+                                          (outcome, _short(message, MESSAGE_CHARS)))
+            except WorkerLost:
+                tail = worker.log_tail().strip().splitlines()[-1:] or ["no output"]
+                outcome, why = (("timeout", f"ran past the {timeout:.0f} s limit of one exercise")
+                                if worker.lost == "timeout" else
+                                ("error", f"the worker exited: {tail[0][:200]}"))
+                if state["exercise"] in by_name:
+                    fill([state["exercise"]], outcome, why)
+                elif state["cell"] is not None:
+                    orders["skip_cells"].append(state["cell"])
+                    fill(code.cells[state["cell"]][1], outcome,
+                         f"its cell {why.replace('one exercise', 'a cell')}")
+                else:
+                    fill(by_name, outcome, f"the grader could not start: {why}")
+            finally:
+                worker.stop()
+                sweep()
+    return _report(path, phase, exercises, results, seed=seed,
+                   seconds=time.perf_counter() - start, tests_dir=tests_dir, isolation=isolation,
+                   previous=previous)
 
 
-def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, ignored, previous) -> dict:
+def _load(worker, timeout: float, state: dict) -> dict:
+    """Follow the worker through its graded cells (each with `timeout` seconds); its "loaded" line:
+    {"errors": {exercise: why its cell failed}, "defined": [exercise], "isolation": {...}}."""
+    from tunix_lite.course.sandbox import WorkerLost
+
+    isolation = {}
+    for message in worker.messages():
+        if message is None:
+            worker.lost = "timeout"
+            break
+        kind = message.get("kind")
+        if kind == "ready" and not isolation:  # the first, sent before learner code ran
+            isolation = {k: message["isolation"].get(k) for k in ("namespaces", "landlock")}
+        elif kind == "cell":
+            state["cell"], worker.deadline = message.get("index"), time.monotonic() + timeout
+        elif kind == "loaded":
+            errors, defined = message.get("errors"), message.get("defined")
+            if isinstance(errors, dict) and isinstance(defined, list):
+                return {"errors": errors, "defined": defined, "isolation": isolation}
+    worker.lost = worker.lost or "exited"
+    raise WorkerLost(worker.lost)
+
+
+def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, isolation,
+            previous) -> dict:
     from tunix_lite.course import graded
 
     before = {r["exercise"]: r.get("failures", 0) for r in (previous or {}).get("exercises", [])}
@@ -278,7 +334,16 @@ def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, ignore
     return {"notebook": str(path), "phase": phase, "seed": seed, "tests": tests,
             "hidden_tests": str(tests_dir) if tests_dir else None, "score": passed, "max_score": total,
             "percent": round(100.0 * passed / max(total, 1), 1), "seconds": round(seconds, 1), "exercises": rows,
-            "ignored_messages": ignored, "note": SELF_ASSESSMENT}
+            "isolation": isolation,
+            "note": SELF_ASSESSMENT.format(isolation=_confinement(isolation))}
+
+
+def _confinement(isolation: dict) -> str:
+    """What confined the worker, in words (tunix_lite.sandbox says what each part stops)."""
+    parts = [("no network, no pids outside: namespaces", isolation.get("namespaces")),
+             (f"Landlock ABI {isolation.get('landlock')}", isolation.get("landlock"))]
+    return ("; ".join(name for name, on in parts if on)
+            or "own session, scrubbed environment and temporary directory only")
 
 
 def _status(tests: list[dict]) -> str:
@@ -306,21 +371,23 @@ def format_report(report: dict) -> str:
         if t["outcome"] not in ("passed", "not_implemented"):
             lines.append(f"  {SYMBOL[t['outcome']]} {t['exercise']}: {t['description']}: {t['message']}")
     lines += [f"  {r['exercise']}: {r['hint']}" for r in report["exercises"] if r["hint"]]
-    if report["ignored_messages"]:
-        lines.append(f"ignored {report['ignored_messages']} result line(s) that did not come from the grader")
     lines.append(report["note"])
     return "\n".join(lines)
 
 
-def gradescope(report: dict) -> dict:
-    """The report as Gradescope's autograder results.json (one entry per test, visible to the learner)."""
-    return {"score": report["score"], "max_score": report["max_score"], "execution_time": report["seconds"],
-            "visibility": "visible", "stdout_visibility": "hidden",
-            "output": f"phase {report['phase']}, seed {report['seed']}: {report['score']}/{report['max_score']}",
+def gradescope(report: dict, visibility: str = "visible") -> dict:
+    """The report as Gradescope's autograder results.json: one entry per test, each with
+    `visibility` (VISIBILITY: "hidden" keeps a hidden test's name and message from the learner)."""
+    score = f"{report['score']}/{report['max_score']}"
+    return {"score": report["score"], "max_score": report["max_score"],
+            "execution_time": report["seconds"], "visibility": "visible",
+            "stdout_visibility": "hidden",
+            "output": f"phase {report['phase']}, seed {report['seed']}: {score}",
             "tests": [{"name": f"{t['exercise']}: {t['description']}", "number": f"{i + 1}",
                        "score": float(t["outcome"] == "passed"), "max_score": 1.0,
                        "status": "passed" if t["outcome"] == "passed" else "failed",
-                       "output": f"{t['outcome']}: {t['message']}" if t["message"] else t["outcome"]}
+                       "visibility": visibility, "output": (f"{t['outcome']}: {t['message']}"
+                                                             if t["message"] else t["outcome"])}
                       for i, t in enumerate(report["tests"])]}
 
 
@@ -346,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", help="override the phase read from the file name (NN_...)")
     parser.add_argument("--tests", help="instructor mode: a folder of hidden test modules (phaseNN.py); also "
                                         "writes Gradescope's results.json beside the JSON report")
+    parser.add_argument("--visibility", choices=VISIBILITY, default="visible",
+                        help="instructor mode: Gradescope's visibility of each test (default visible)")
     parser.add_argument("--seed", type=int, help="reproduce a run's inputs (default: a fresh random seed)")
     args = parser.parse_args(argv)
     if not Path(args.notebook).is_file():
@@ -366,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, report)
     print(f"wrote {out}")
     if args.tests:
-        write_json(out.parent / "results.json", gradescope(report))
+        write_json(out.parent / "results.json", gradescope(report, args.visibility))
         print(f"wrote {out.parent / 'results.json'} (Gradescope)")
     return 0 if report["score"] == report["max_score"] else 1
 

@@ -2,13 +2,14 @@
 
 - a fresh temporary working directory (relative paths in learner code land there) and a scrubbed
   environment (PATH, locale and what Python needs to import the package; no tokens, no PWD);
-- its own process group, killed on a deadline; on Linux the grader is also a *child subreaper* while the
-  worker runs, so a grandchild that left the group (setsid, double fork) is reparented to the grader and
-  killed too, before any report is written;
-- results over a pipe opened before the worker starts; stdout and stderr go to a log, never parsed.
+- its own process group, killed after each attempt; on Linux the grader is also a *child subreaper*
+  while the worker runs, so a grandchild that left the group (setsid, double fork) is reparented to the
+  grader and killed too, before any report is written;
+- two pipes opened before the worker starts: requests down (its orders, then calls), answers up;
+  stdout and stderr go to a log, never parsed. Every answer is a value, never a verdict.
 
-Not a security boundary against code that sets out to attack the grader; course/GRADING.md says what is
-(a container for the instructor mode).
+The worker confines itself further before learner code runs (tunix_lite.course.worker: namespaces,
+Landlock); course/GRADING.md says what holds where.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT")
-_MAX_LINE = 1 << 20  # a result line is small; a longer one is not ours
+_MAX_LINE = 1 << 28  # the largest answer: arrays of the graded tests are far smaller
 
 
 def scrubbed_env(home: str) -> dict[str, str]:
@@ -38,7 +39,8 @@ def scrubbed_env(home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     return env | {"HOME": home, "TMPDIR": home, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
                   "PYTHONUSERBASE": site.getuserbase(),  # HOME moved: keep a --user install importable
-                  "PYTHONDONTWRITEBYTECODE": "1", "JAX_PLATFORMS": "cpu"}
+                  "PYTHONDONTWRITEBYTECODE": "1", "JAX_PLATFORMS": "cpu",
+                  "TUNIX_LITE_COMPILATION_CACHE": "0"}  # it would write outside the sandbox
 
 
 def _libc_prctl():
@@ -100,26 +102,67 @@ def reaping() -> Iterator[callable]:
             prctl(_PR_SET_CHILD_SUBREAPER, previous.value, 0, 0, 0)
 
 
-class Worker:
-    """One worker process: `messages()` yields its result lines until it ends or a deadline passes."""
+class WorkerLost(Exception):
+    """The worker died, or ran past its deadline: the grader restarts it for the next exercise."""
 
-    def __init__(self, argv: list[str], payload: dict, *, workdir: str, log: str):
-        read_fd, write_fd = os.pipe()
-        os.set_inheritable(write_fd, True)
+
+class Worker:
+    """One worker process: its orders go down the requests pipe first, then `ask` sends one request
+    and waits for its answer, and `messages()` yields the worker's lines until it ends or a deadline
+    (`self.deadline`, a monotonic time) passes. `lost` says why it stopped answering."""
+
+    def __init__(self, argv: list[str], orders: dict, *, workdir: str, log: str):
+        request_read, self._requests = os.pipe()
+        read_fd, answer_write = os.pipe()
         with open(log, "wb") as log_file:
-            self.proc = subprocess.Popen(argv + ["--results-fd", str(write_fd)], stdin=subprocess.PIPE,
-                                         stdout=log_file, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                                         cwd=workdir, env=scrubbed_env(workdir), start_new_session=True)
-        os.close(write_fd)  # the worker holds the only write end now
-        self.log, self.started = log, time.monotonic()
+            self.proc = subprocess.Popen(
+                argv + ["--requests-fd", str(request_read), "--answers-fd", str(answer_write)],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                pass_fds=(request_read, answer_write), cwd=workdir, env=scrubbed_env(workdir),
+                start_new_session=True)
+        os.close(request_read)  # the worker holds the only read end of its requests now
+        os.close(answer_write)  # ... and the only write end of its answers
+        os.set_blocking(self._requests, False)  # a worker that stops reading cannot block us
+        self.log, self.deadline, self.lost = log, time.monotonic() + 60.0, None
         self._reader = os.fdopen(read_fd, "rb", buffering=0)
         self._buffer = b""
-        with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.write(json.dumps(payload).encode())
-            self.proc.stdin.close()
+        self._send(orders)
 
-    def messages(self, deadline) -> Iterator[dict | None]:
-        """Parsed lines; None once when `deadline()` (a monotonic time or None) passes; stops at EOF."""
+    def _send(self, message: dict) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._requests, selectors.EVENT_WRITE)
+            while data:
+                if not selector.select(max(0.0, self.deadline - time.monotonic())):
+                    self._lose("timeout")
+                try:
+                    data = data[os.write(self._requests, data):]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    self._lose("exited")
+
+    def _lose(self, why: str):
+        self.lost = self.lost or why
+        raise WorkerLost(self.lost)
+
+    def ask(self, request: dict, serve) -> dict:
+        """The worker's answer to `request`, serving its calls back with `serve(message) -> answer`
+        meanwhile; WorkerLost once it died or ran past the deadline."""
+        if self.lost:
+            raise WorkerLost(self.lost)
+        self._send(request)
+        for message in self.messages():
+            if message is None:
+                self._lose("timeout")
+            if message.get("kind") == "callback":
+                self._send({"kind": "answer", **serve(message)})
+            elif message.get("kind") == "answer":
+                return message
+        self._lose("exited")
+
+    def messages(self) -> Iterator[dict | None]:
+        """Parsed lines; None once the deadline passes; stops at EOF."""
         selector = selectors.DefaultSelector()
         selector.register(self._reader, selectors.EVENT_READ)
         try:
@@ -130,15 +173,15 @@ class Worker:
                         message = json.loads(line)
                         if isinstance(message, dict):
                             yield message
-                limit = deadline()
-                wait = None if limit is None else max(0.0, limit - time.monotonic())
-                if not selector.select(wait):
+                if not selector.select(max(0.0, self.deadline - time.monotonic())):
                     yield None
                     return
-                chunk = self._reader.read(65536)
+                chunk = self._reader.read(1 << 20)
                 if not chunk:
                     return
-                self._buffer = (self._buffer + chunk)[-_MAX_LINE:]
+                self._buffer += chunk
+                if len(self._buffer) > _MAX_LINE:  # no answer is this long: not ours
+                    self._lose("flooded its answers")
         finally:
             selector.close()
 
@@ -148,6 +191,7 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._reader.close()
+        os.close(self._requests)
 
     def log_tail(self, limit: int = 2000) -> str:
         with contextlib.suppress(OSError):
@@ -156,4 +200,3 @@ class Worker:
                 f.seek(max(0, f.tell() - limit))
                 return f.read().decode(errors="replace")
         return ""
-

@@ -1,124 +1,97 @@
-"""The grading worker: runs a notebook's graded code and the tests, and reports over the grader's pipe.
+"""The grading worker: runs a notebook's graded cells, confined, and answers calls to them.
 
-Started by `tunix_lite.course.grading.grade` (never by hand): it reads its orders from stdin (the per-run
-nonce, the seed, the code to run, which exercises), closes stdin, and only then runs learner code. Every
-message carries the nonce; the results pipe, the nonce and the functions that write to it are bound before
-learner code runs, so patching `json`, `print` or this module later changes nothing. A guard compares the
-grader's modules and the libraries the tests lean on (numpy.testing, jax.numpy, ...) with a snapshot taken
-before learner code ran: a change marks every later test "not allowed". The worker leaves with os._exit,
-so atexit hooks the learner registered never run.
+Started by `tunix_lite.course.grading.grade` (never by hand). The tests, the references and the
+score are not here: the grader calls the learner's functions through `tunix_lite.course.calls`,
+and this process only runs them and answers with plain data. In order:
+
+1. read the orders (the code to run, which exercises; never a test) from the requests pipe;
+2. confine itself with `tunix_lite.sandbox_child`'s primitives while it has one thread (a user
+   namespace needs that): die with the grader; new user + network + PID namespaces where the kernel
+   allows them (no network; the grader's pid is not visible);
+3. import jax, numpy, flax, optax and the package, then rlimits (no core files, file size, open
+   files) and Landlock where the kernel has it: reads only beneath Python, its site-packages and
+   tunix_lite, writes only in its temporary directory, no TCP, no signals outside;
+4. run the graded cells (announcing each, so a hang costs only its cell), then answer calls until
+   the grader closes the pipe, and leave with os._exit (the learner's atexit hooks never run).
+
+Started as root where namespaces are refused (Docker, Colab), it stays root: Python and its packages
+may live in root's home, which `nobody` could not read. `sandbox_child.py` says what holds where.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
+import site
 import sys
-import types
+import sysconfig
+from pathlib import Path
+
+from tunix_lite import sandbox, sandbox_child
+
+# Read-only beneath these (besides the standard library and system libraries): what the notebook's
+# imports need, and this process's own /proc entries and CPU topology, which jax reads.
+_JAX_READS = ("/proc/self", "/sys/devices/system/cpu", "/etc/localtime")
 
 
-def run_test(test, impl, rng) -> tuple[str, str]:
-    """(outcome, message); outcome is passed | failed | error | not_implemented."""
-    import jax
-
-    from tunix_lite.course.notebook import _short
-
-    try:
-        with jax.default_matmul_precision("float32"):  # TPU defaults to bf16 passes; grade at float32
-            test(impl, rng)
-    except NotImplementedError as e:
-        return "not_implemented", str(e)
-    except AssertionError as e:
-        return "failed", _short(str(e) or "assertion failed")
-    except BaseException as e:  # noqa: BLE001 - any crash in learner code (sys.exit included) fails the test
-        return "error", _short(f"{type(e).__name__}: {e}")
-    return "passed", ""
-
-
-class Guard:
-    """Identity snapshot of the functions the tests and the worker call. Learner code that swaps one
-    (`np.testing.assert_allclose = ...`, a test's `__code__`) shows up in `changed()`."""
-
-    MODULES = ("builtins", "numpy", "numpy.testing", "jax", "jax.numpy", "jax.nn", "jax.random", "jax.lax",
-               "jax.tree", "flax.nnx", "optax", "tunix_lite.course.graded", "tunix_lite.course.notebook")
-
-    def __init__(self, *extra: types.ModuleType):
-        for name in self.MODULES:  # numpy.testing and friends load lazily: import them before the snapshot
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                pass
-        self.modules = [sys.modules[m] for m in self.MODULES if m in sys.modules] + list(extra)
-        self.snapshot = self._take()
-
-    def _take(self) -> dict:
-        out = {}
-        for module in self.modules:
-            for name, value in list(vars(module).items()):
-                if callable(value) or isinstance(value, types.ModuleType):
-                    out[(module.__name__, name)] = (id(value), id(getattr(value, "__code__", None)),
-                                                    id(getattr(value, "__wrapped__", None)))
-        return out
-
-    def changed(self) -> str | None:
-        now = self._take()
-        for key, ids in self.snapshot.items():
-            if now.get(key) != ids:
-                return f"{key[0]}.{key[1]}"
-        return None
+def _read_paths() -> list[str]:
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_path("purelib"),
+                sysconfig.get_path("platlib"), site.getusersitepackages(),
+                str(Path(__file__).resolve().parents[1])}  # tunix_lite/, not the checkout around it
+    return sorted(prefixes) + sandbox._read_paths() + list(_JAX_READS)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="the grading worker (started by tunix-lite grade)")
-    parser.add_argument("--results-fd", type=int, required=True)
-    fd = parser.parse_args().results_fd
-    orders = json.loads(sys.stdin.buffer.read())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)  # nothing more comes from the grader: learner code reads an empty stdin
+    parser.add_argument("--requests-fd", type=int, required=True)
+    parser.add_argument("--answers-fd", type=int, required=True)
+    args = parser.parse_args()
+    requests = os.fdopen(args.requests_fd, "rb")
+    orders = json.loads(requests.readline())
+    sandbox_child._die_with_parent(orders["parent"])
+    isolation = {"namespaces": sandbox_child._namespaces()}
 
-    channel = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
-    write, flush, dumps, nonce = channel.write, channel.flush, json.dumps, orders["nonce"]
+    import flax.nnx  # noqa: F401 - imported before Landlock: reading them later may be refused
+    import jax
+    import numpy  # noqa: F401
+    import optax  # noqa: F401
 
-    def send(**message) -> None:
-        write(dumps({"nonce": nonce, **message}) + "\n")
-        flush()
-
-    del orders["nonce"]
-    import jax  # noqa: F401 - before the guard's snapshot, so jax's modules are in it
-
-    from tunix_lite.course import graded
+    from tunix_lite.course import calls
     from tunix_lite.course.notebook import GradedCode, build_impl
 
-    module = (graded.load_source(orders["tests_source"], f"phase{orders['phase']}", orders["tests_name"])
-              if orders.get("tests_source") else graded.module_for(orders["phase"]))
-    exercises = [ex for ex in graded.exercises(orders["phase"], module) if ex.name in orders["exercises"]]
-    test_rng, run = graded.test_rng, run_test
-    guard = Guard(module, sys.modules[__name__])
+    jax.numpy.zeros(1).block_until_ready()  # start the CPU backend (its threads) before the limits
+    sandbox_child._limit({"cpu_seconds": None, "memory_mb": None, "file_mb": sandbox.FILE_MB,
+                          "open_files": 1024, "processes": None})
+    isolation["landlock"] = sandbox_child._landlock(_read_paths(), os.getcwd())
+    out = os.fdopen(args.answers_fd, "w", buffering=1, encoding="utf-8")
+    send, dumps = out.write, json.dumps  # held now: the learner's patches of json miss them
 
-    code = GradedCode(tuple(orders["imports"]), tuple((src, tuple(names)) for src, names in orders["cells"]))
+    def tell(**message) -> None:
+        send(dumps(message) + "\n")
+
+    tell(kind="ready", isolation=isolation)
+    code = GradedCode(tuple(orders["imports"]), tuple((src, tuple(names))
+                                                      for src, names in orders["cells"]))
     impl, errors = build_impl(code, where=orders["where"], skip_cells=orders["skip_cells"],
-                              before_cell=lambda index: send(kind="cell", index=index))
-    tampered = guard.changed()
-    send(kind="loaded", errors=errors)
-    for ex in exercises:
-        send(kind="start", exercise=ex.name)
-        for test in ex.tests:
-            if tampered:
-                outcome, message = "not_allowed", f"the graded code changed {tampered}, which the grader relies on"
-            elif ex.name in errors:
-                outcome, message = "error", errors[ex.name]
-            elif not callable(getattr(impl, ex.name, None)):
-                outcome, message = "error", f"the notebook defines no function {ex.name!r}"
-            else:
-                outcome, message = run(test, impl, test_rng(orders["seed"], test))
-                tampered = tampered or guard.changed()
-                if tampered:
-                    outcome, message = "not_allowed", f"the graded code changed {tampered} while it ran"
-            send(kind="result", exercise=ex.name, test=test.__name__, outcome=outcome, message=message)
-    send(kind="done")
-    os._exit(0)  # skip atexit hooks and finalizers: nothing the learner registered runs after the tests
+                              before_cell=lambda index: tell(kind="cell", index=index))
+    defined = [name for name in orders["exercises"] if callable(getattr(impl, name, None))]
+    tell(kind="loaded", errors=errors, defined=defined)
+    def ask(request: dict, serve) -> dict:  # a call back to a function a test passed in
+        tell(kind="callback", **request)
+        for line in requests:
+            answer = json.loads(line)
+            if answer.get("kind") == "answer":
+                return answer
+        os._exit(0)  # the grader is gone
+
+    for line in requests:
+        try:
+            answer = calls.serve(impl, json.loads(line), calls.Remote(ask))
+        except ValueError as e:  # a request this worker cannot read: say so, keep answering
+            answer = {"error": ["ValueError", str(e)[:300]]}
+        tell(kind="answer", **answer)
+    os._exit(0)  # skip atexit hooks and finalizers: nothing the learner registered runs after this
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def module_for(phase: str, tests_dir: str | Path | None = None) -> types.ModuleT
 
 
 def load_source(text: str, name: str, filename: str) -> types.ModuleType:
-    """Import a test module from its source text (hidden tests travel to the grading worker this way)."""
+    """Import a test module from its source text (hidden tests: they run in the grader, never in the worker)."""
     module = types.ModuleType(f"tunix_lite_hidden_tests.{name}")
     module.__file__ = filename
     sys.modules[module.__name__] = module  # dataclasses and pickling look modules up by name

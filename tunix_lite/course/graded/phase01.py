@@ -13,6 +13,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from tunix_lite.course.calls import inside
 from tunix_lite.course.graded import graded
 
 __all__ = [
@@ -196,11 +197,22 @@ def test_clip_by_global_norm_keeps_direction(impl, rng):
 @graded("clip_by_global_norm")
 def test_clip_by_global_norm_jit_and_nnx_state(impl, rng):
     """works under jit with max_norm traced, and on the parameter state of an NNX module"""
-    model = nnx.Linear(int(rng.integers(2, 6)), 3, rngs=nnx.Rngs(_seed(rng)))
-    state = nnx.state(model, nnx.Param)
-    fn = jax.jit(impl.clip_by_global_norm)
-    for max_norm in (0.5 * _norm_ref(state), 2.0 * _norm_ref(state)):
-        _check_clip(fn(state, jnp.float32(max_norm)), state, max_norm, f"NNX state, max_norm {max_norm:.3g}")
+    sizes = [int(rng.integers(2, 6)), 3]
+    params = _params(_model(sizes, _seed(rng)))
+    for max_norm in (0.5 * _norm_ref(params), 2.0 * _norm_ref(params)):
+        got = inside(impl, clip_state)(sizes, params, max_norm)
+        _check_clip(got, params, max_norm, f"NNX state, max_norm {max_norm:.3g}")
+
+
+def clip_state(impl, sizes: list[int], params: dict, max_norm: float):
+    """Where the learner's function runs (calls.inside: an nnx.State cannot cross to the grader):
+    jit(impl.clip_by_global_norm) on `_model(sizes)`'s parameter state holding `params`; the clipped
+    state as a pure dict (or as it came back, when it is no state) and the norm."""
+    state = nnx.state(_model(sizes, 0), nnx.Param)
+    nnx.replace_by_pure_dict(state, params)
+    clipped, norm = jax.jit(impl.clip_by_global_norm)(state, jnp.float32(max_norm))
+    same = jax.tree.structure(clipped) == jax.tree.structure(state)
+    return (nnx.to_pure_dict(clipped) if same else clipped), norm
 
 
 BUCKETS = (8, 16, 32, 64)
@@ -334,19 +346,45 @@ def _closed_form_step(x, y, w, b, lr, decay):
     return loss, w - lr * (scale * x.T @ err + 2 * decay * w), b - lr * scale * err.sum(0)
 
 
+def _model(sizes: list[int], seed: int):
+    """One Linear for two sizes; Linear, relu, Linear for three."""
+    rngs = nnx.Rngs(seed)
+    layers = [nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes, sizes[1:])]
+    return layers[0] if len(layers) == 1 else nnx.Sequential(layers[0], nnx.relu, layers[1])
+
+
+def _params(model) -> dict:
+    return jax.tree.map(np.asarray, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+
+
+def train(impl, sizes: list[int], params: dict, optimizer: str, lr: float, only_last: bool, x, y,
+          decays: list[float], jit: bool) -> tuple[list[float], dict]:
+    """Where the learner's train_step runs (calls.inside: it updates a module in place, which cannot
+    cross to the grader): `_model(sizes)` holding `params`, one impl.train_step per decay; (the
+    losses, the parameters after). The test judges both against what it sent."""
+    model = _model(sizes, 0)
+    state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(state, params)
+    nnx.update(model, state)
+    wrt = nnx.All(nnx.Param, nnx.PathContains(2)) if only_last else nnx.Param
+    opt = nnx.Optimizer(model, {"sgd": optax.sgd, "adam": optax.adam}[optimizer](lr), wrt=wrt)
+    step = nnx.jit(impl.train_step) if jit else impl.train_step
+    losses = [float(step(model, opt, x, y, jnp.float32(d) if jit else d)) for d in decays]
+    return losses, _params(model)
+
+
 @graded("train_step", reference=True)
 def test_train_step_matches_closed_form(impl, rng):
     """one SGD step equals the closed form of MSE + weight_decay * |kernel|^2, and returns that loss before the step"""
     x, y = _regression(rng)
-    model = nnx.Linear(3, 2, rngs=nnx.Rngs(_seed(rng)))
-    w, b = np.asarray(model.kernel[...], np.float64), np.asarray(model.bias[...], np.float64)
+    before = _params(_model([3, 2], _seed(rng)))
+    w, b = np.asarray(before["kernel"], np.float64), np.asarray(before["bias"], np.float64)
     lr, decay = float(rng.uniform(0.05, 0.2)), float(rng.uniform(0.05, 0.5))
-    optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
-    loss = float(impl.train_step(model, optimizer, x, y, decay))
+    (loss,), after = inside(impl, train)([3, 2], before, "sgd", lr, False, x, y, [decay], False)
     want_loss, want_w, want_b = _closed_form_step(x, y, w, b, lr, decay)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5, err_msg="the returned loss: MSE + penalty, before the step")
-    np.testing.assert_allclose(np.asarray(model.kernel[...]), want_w, rtol=1e-5, atol=1e-6, err_msg="kernel")
-    np.testing.assert_allclose(np.asarray(model.bias[...]), want_b, rtol=1e-5, atol=1e-6,
+    np.testing.assert_allclose(np.asarray(after["kernel"]), want_w, rtol=1e-5, atol=1e-6, err_msg="kernel")
+    np.testing.assert_allclose(np.asarray(after["bias"]), want_b, rtol=1e-5, atol=1e-6,
                                err_msg="bias (not decayed)")
 
 
@@ -354,18 +392,12 @@ def test_train_step_matches_closed_form(impl, rng):
 def test_train_step_no_decay_is_plain_mse(impl, rng):
     """with weight_decay = 0 it is the plain MSE step, under jit with a traced weight_decay"""
     x, y = _regression(rng, din=4, dout=3)
-    model = nnx.Linear(4, 3, rngs=nnx.Rngs(_seed(rng)))
-    w, b = np.asarray(model.kernel[...], np.float64), np.asarray(model.bias[...], np.float64)
-    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
-    loss = float(nnx.jit(impl.train_step)(model, optimizer, x, y, jnp.float32(0.0)))
+    before = _params(_model([4, 3], _seed(rng)))
+    w, b = np.asarray(before["kernel"], np.float64), np.asarray(before["bias"], np.float64)
+    (loss,), after = inside(impl, train)([4, 3], before, "sgd", 0.1, False, x, y, [0.0], True)
     want_loss, want_w, want_b = _closed_form_step(x, y, w, b, 0.1, 0.0)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(model.kernel[...]), want_w, rtol=1e-5, atol=1e-6)
-
-
-def _mlp(rng: np.random.Generator, din: int = 4):
-    rngs = nnx.Rngs(_seed(rng))
-    return nnx.Sequential(nnx.Linear(din, 8, rngs=rngs), nnx.relu, nnx.Linear(8, 1, rngs=rngs))
+    np.testing.assert_allclose(np.asarray(after["kernel"]), want_w, rtol=1e-5, atol=1e-6)
 
 
 @graded("train_step")
@@ -373,34 +405,30 @@ def test_train_step_trains_only_wrt(impl, rng):
     """an optimizer built for the last layer only: the first layer stays exactly as it was, the last takes the
     closed-form step, and the loss still penalises both kernels"""
     x, y = _regression(rng, din=4, dout=1)
-    model = _mlp(rng)
-    first = [np.asarray(v) for v in jax.tree.leaves(nnx.state(model.layers[0], nnx.Param))]
-    w1 = np.asarray(model.layers[0].kernel[...], np.float64)
-    w2, b2 = (np.asarray(v[...], np.float64) for v in (model.layers[2].kernel, model.layers[2].bias))
-    h = np.maximum(np.asarray(model.layers[0](x), np.float64), 0.0)  # [N, 8], what the last layer sees
+    before = _params(_model([4, 8, 1], _seed(rng)))
+    first, last = before["layers"][0], before["layers"][2]
+    w1 = np.asarray(first["kernel"], np.float64)
+    w2, b2 = np.asarray(last["kernel"], np.float64), np.asarray(last["bias"], np.float64)
+    h = np.maximum(np.asarray(x, np.float64) @ w1 + first["bias"], 0.0)  # [N, 8], what the last layer sees
     lr, decay = 0.1, float(rng.uniform(0.05, 0.5))
-    optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.All(nnx.Param, nnx.PathContains(2)))
-    loss = float(impl.train_step(model, optimizer, x, y, decay))
-    for a, b in zip(first, jax.tree.leaves(nnx.state(model.layers[0], nnx.Param))):
-        np.testing.assert_array_equal(a, np.asarray(b), err_msg="a layer the optimizer does not train changed")
+    (loss,), after = inside(impl, train)([4, 8, 1], before, "sgd", lr, True, x, y, [decay], False)
+    for key in ("kernel", "bias"):
+        np.testing.assert_array_equal(first[key], np.asarray(after["layers"][0][key]),
+                                      err_msg="a layer the optimizer does not train changed")
     want_loss, want_w2, want_b2 = _closed_form_step(h, y, w2, b2, lr, decay)
     np.testing.assert_allclose(loss, want_loss + decay * np.sum(w1 ** 2), rtol=1e-5,
                                err_msg="the loss penalises every kernel, trained or not")
-    np.testing.assert_allclose(np.asarray(model.layers[2].kernel[...]), want_w2, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(model.layers[2].bias[...]), want_b2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(after["layers"][2]["kernel"]), want_w2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(after["layers"][2]["bias"]), want_b2, rtol=1e-5, atol=1e-6)
 
 
 @graded("train_step")
 def test_train_step_reduces_loss(impl, rng):
     """twenty Adam steps on a two-layer MLP lower the loss and update every parameter"""
     x, y = _regression(rng, din=4, dout=1)
-    model = _mlp(rng)
-    before = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
-    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
-    step = nnx.jit(impl.train_step)
-    losses = [float(step(model, optimizer, x, y, 1e-3)) for _ in range(20)]
+    before = _params(_model([4, 8, 1], _seed(rng)))
+    losses, after = inside(impl, train)([4, 8, 1], before, "adam", 1e-2, False, x, y, [1e-3] * 20, True)
     assert losses[-1] < 0.9 * losses[0], f"loss went {losses[0]:.4f} -> {losses[-1]:.4f}"
-    after = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     pairs = zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after))
-    unchanged = [jax.tree_util.keystr(path) for (path, a), b in pairs if np.array_equal(a, b)]
+    unchanged = [jax.tree_util.keystr(path) for (path, a), b in pairs if np.array_equal(a, np.asarray(b))]
     assert not unchanged, f"parameters not updated: {unchanged}"

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tunix_lite.course.calls import equations
 from tunix_lite.course.graded import graded
 
 __all__ = [
@@ -338,18 +339,8 @@ def test_gqa_attention_does_not_repeat_kv(impl, rng):
     """never builds k or v copied to every query head: no intermediate of B·S·N·H numbers with S and H in it"""
     B, T, S, N, K, H = 1, 3, 7, 6, 2, 5  # distinct sizes, so shapes say which axis is which
     q, k, v, mask = _attention_inputs(rng, B=B, T=T, S=S, N=N, K=K, H=H)
-    jaxpr = jax.make_jaxpr(impl.gqa_attention, static_argnums=4)(_f32(q), _f32(k), _f32(v), jnp.asarray(mask), 0.4)
-
-    def shapes(jaxpr):
-        for eqn in jaxpr.eqns:
-            for var in eqn.outvars:
-                yield getattr(var.aval, "shape", ())
-            for param in eqn.params.values():
-                for inner in param if isinstance(param, (list, tuple)) else [param]:
-                    if hasattr(inner, "jaxpr"):
-                        yield from shapes(getattr(inner.jaxpr, "jaxpr", inner.jaxpr))
-
-    copied = [s for s in shapes(jaxpr.jaxpr) if S in s and H in s and math.prod(s) >= B * S * N * H]
+    program = equations(impl.gqa_attention, _f32(q), _f32(k), _f32(v), jnp.asarray(mask), 0.4)
+    copied = [s for _, shapes in program for s in shapes if S in s and H in s and math.prod(s) >= B * S * N * H]
     assert not copied, f"an intermediate of shape {copied[0]} holds k or v once per query head: group the queries"
 
 

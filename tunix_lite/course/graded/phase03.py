@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tunix_lite.course.calls import equations
 from tunix_lite.course.graded import graded
 
 __all__ = [
@@ -398,16 +399,6 @@ def _lm_setup(rng: np.random.Generator, token_counts, V: int = 13, D: int = 6, T
 _reference = jax.jit(jax.value_and_grad(_token_loss, has_aux=True))
 
 
-def _eqns(jaxpr):
-    """Every equation of a jaxpr, inside nested jit/scan/cond bodies too."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for param in eqn.params.values():
-            for inner in param if isinstance(param, (list, tuple)) else [param]:
-                if hasattr(inner, "jaxpr"):
-                    yield from _eqns(getattr(inner.jaxpr, "jaxpr", inner.jaxpr))
-
-
 def _accumulate_jit(impl, loss_fn, params, stacked):
     return jax.jit(impl.accumulate_grads, static_argnums=0)(loss_fn, params, stacked)
 
@@ -452,8 +443,8 @@ def test_accumulate_grads_is_one_scan(impl, rng):
     for k in (2, 5):
         traces.clear()
         params, stacked = _lm_setup(rng, tuple(int(n) for n in rng.integers(1, 16, size=k)))
-        jaxpr = jax.make_jaxpr(impl.accumulate_grads, static_argnums=0)(counting_loss, params, stacked)
-        loops = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name in ("scan", "while")]
+        program = equations(impl.accumulate_grads, counting_loss, params, stacked)
+        loops = [name for name, _ in program if name in ("scan", "while")]
         assert loops, f"{k} micro-batches: no scan in the program; a Python loop unrolls into {k} copies of the step"
         assert len(traces) <= 2, f"{k} micro-batches traced the loss {len(traces)} times: scan traces it once"
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from tunix_lite.course.calls import equations
 from tunix_lite.course.graded import graded
 
 __all__ = [
@@ -110,17 +111,6 @@ def _lora_ref(x, w, a, b, alpha):
     return x @ w + (alpha / a.shape[1]) * (x @ a) @ b
 
 
-def _shapes(jaxpr):
-    """The shape of every intermediate of a jaxpr, inside nested jit/scan/cond bodies too."""
-    for eqn in jaxpr.eqns:
-        for var in eqn.outvars:
-            yield tuple(getattr(var.aval, "shape", ()))
-        for param in eqn.params.values():
-            for inner in param if isinstance(param, (list, tuple)) else [param]:
-                if hasattr(inner, "jaxpr"):
-                    yield from _shapes(getattr(inner.jaxpr, "jaxpr", inner.jaxpr))
-
-
 def _forward(impl, x, w, a, b, alpha, **kwargs):
     return impl.lora_forward(_f32(x), _f32(w), _f32(a), _f32(b), alpha, **kwargs)
 
@@ -173,9 +163,8 @@ def test_lora_forward_never_forms_a_b(impl, rng):
     din, dout = 13, 11  # sizes no other axis has
     x, w, a, b = _lora_inputs(rng, lead=(2, 5), din=din, dout=dout, rank=3)
     for kwargs in ({}, dict(dropout=0.1, key=jax.random.key(_seed(rng)))):
-        jaxpr = jax.make_jaxpr(lambda *args: impl.lora_forward(*args, 4.0, **kwargs))(_f32(x), _f32(w), _f32(a),
-                                                                                      _f32(b))
-        formed = [s for s in _shapes(jaxpr.jaxpr) if din in s and dout in s]
+        program = equations(impl.lora_forward, _f32(x), _f32(w), _f32(a), _f32(b), 4.0, **kwargs)
+        formed = [s for _, shapes in program for s in shapes if din in s and dout in s]
         assert not formed, f"an intermediate of shape {formed[0]} is A B (or W + A B): compute (x A) B instead"
 
 
