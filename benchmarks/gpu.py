@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import common  # noqa: E402
+from impl_tunix_lite import IdsOnly, random_batch, shape_of  # noqa: E402  (the CPU benchmark's, shared)
 
 TRAIN = dict(batch=8, seq=1024, lr=1e-5, rank=8, alpha=16.0)
 ROWS = {
@@ -111,18 +112,6 @@ def row_spec(name: str, smoke: bool) -> dict:
     elif smoke:
         spec |= {key: min(spec[key], value) for key, value in SMOKE_ROLLOUT.items()}
     return spec | (dict(model="tiny") if smoke else {})
-
-
-def shape_of(config) -> dict:
-    return dict(
-        vocab=config.vocab_size,
-        d_model=config.embed_dim,
-        layers=config.num_layers,
-        heads=config.num_heads,
-        kv_heads=config.num_kv_heads,
-        head_dim=config.head_dim,
-        ffn=config.mlp_dim,
-    )
 
 
 # ------------------------------------------------------------------------ the jax side (tunix_lite)
@@ -204,27 +193,6 @@ def jax_train(spec: dict, steps: int, warmup: int) -> dict:
         flops_per_step=common.train_flops_per_step(shape_of(model.config), B, T),
         final_loss=trainer.history[-1]["loss"],
     )
-
-
-def random_batch(vocab: int, B: int, T: int) -> dict:
-    import numpy as np
-
-    tokens = np.random.default_rng(0).integers(3, vocab, (B, T + 1), dtype=np.int32)
-    return dict(
-        inputs=tokens[:, :-1],
-        targets=tokens[:, 1:],
-        weights=np.ones((B, T), np.float32),
-        positions=np.broadcast_to(np.arange(T, dtype=np.int32), (B, T)).copy(),
-    )
-
-
-class IdsOnly:
-    """The tokenizer a Sampler needs for prompts given as ids: padding ids, no text."""
-
-    pad_id, eos_id = common.PAD, common.EOS
-
-    def decode(self, ids, **kwargs) -> str:
-        return ""
 
 
 def jax_rollout(spec: dict, steps: int, warmup: int, weights_dtype: str | None) -> dict:
@@ -309,6 +277,7 @@ def torch_model(name: str, dtype):
 
 
 def torch_train(spec: dict, steps: int, warmup: int) -> dict:
+    import numpy as np
     import torch
 
     model, device = torch_model(spec["model"], torch.float32)
@@ -339,8 +308,8 @@ def torch_train(spec: dict, steps: int, warmup: int) -> dict:
     )
     B, T = spec["batch"], spec["seq"]
     batch = random_batch(model.config.vocab_size, B, T)
-    inputs = torch.as_tensor(batch["inputs"], device=device)
-    targets = torch.as_tensor(batch["targets"], device=device, dtype=torch.long)
+    inputs = torch.as_tensor(np.asarray(batch["inputs"]), device=device)
+    targets = torch.as_tensor(np.asarray(batch["targets"]), device=device, dtype=torch.long)
     losses = []
 
     def step():
