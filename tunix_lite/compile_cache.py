@@ -21,6 +21,9 @@ SWITCH = "TUNIX_LITE_COMPILATION_CACHE"
 # Programs that compile faster than this are not written (JAX's default is 1 s): a run has dozens
 # of small programs (initialisation, optimizer state, the sampler's pieces) that add up to seconds.
 MIN_COMPILE_SECONDS = 0.2
+# JAX's cache never shrinks by default; past this size it drops the least recently used programs
+# (a Colab or Kaggle disk is small, and every model, shape and jax version adds its own).
+MAX_BYTES = 2 * 2**30
 
 
 def cache_root() -> Path:
@@ -48,6 +51,8 @@ def enable(path: str | Path | None = None) -> Path | None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+        if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+            jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
         # JAX decides at its first compile whether to use a cache; a process that compiled before
         # this call decided "no", and forgets that decision only here.
         compilation_cache.reset_cache()
