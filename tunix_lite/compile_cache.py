@@ -15,6 +15,7 @@ a new jax misses the cache rather than reads a wrong program.
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 SWITCH = "TUNIX_LITE_COMPILATION_CACHE"
@@ -22,7 +23,8 @@ SWITCH = "TUNIX_LITE_COMPILATION_CACHE"
 # of small programs (initialisation, optimizer state, the sampler's pieces) that add up to seconds.
 MIN_COMPILE_SECONDS = 0.2
 # JAX's cache never shrinks by default; past this size it drops the least recently used programs
-# (a Colab or Kaggle disk is small, and every model, shape and jax version adds its own).
+# (a Colab or Kaggle disk is small, and every model, shape and jax version adds its own). Without
+# the filelock package (Colab and Kaggle have it) the cache stays unbounded.
 MAX_BYTES = 2 * 2**30
 
 
@@ -51,7 +53,8 @@ def enable(path: str | Path | None = None) -> Path | None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
-        if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+        if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and find_spec("filelock"):
+            # JAX evicts under a file lock and refuses a size limit without the filelock package
             jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
         # JAX decides at its first compile whether to use a cache; a process that compiled before
         # this call decided "no", and forgets that decision only here.
