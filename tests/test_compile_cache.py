@@ -1,5 +1,5 @@
-"""XLA's persistent compilation cache: on by default under tunix_lite's cache directory, off by a switch or
-a flag, JAX's own setting first; a second process reads what the first compiled."""
+"""XLA's persistent compilation cache: on by default under tunix_lite's cache directory, off by a
+switch or a flag, JAX's own setting first; a second process reads what the first compiled."""
 
 import subprocess
 import sys
@@ -37,7 +37,8 @@ def test_info_names_the_cache_and_the_flag_turns_it_off(monkeypatch, tmp_path, c
 def test_a_second_process_reads_the_first_ones_programs(tmp_path):
     program = ("import jax, jax.numpy as jnp; from tunix_lite import compile_cache; "
                f"compile_cache.enable({str(tmp_path / 'c')!r}); "
-               "jax.jit(lambda x: jnp.sin(x) @ x.T + jnp.cos(x).sum())(jnp.ones((64, 64))).block_until_ready()")
+               "f = jax.jit(lambda x: jnp.sin(x) @ x.T + jnp.cos(x).sum()); "
+               "f(jnp.ones((64, 64))).block_until_ready()")
     env = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PATH": "/usr/bin:/bin",
            "JAX_PLATFORMS": "cpu", "HOME": str(tmp_path)}
     subprocess.run([sys.executable, "-c", program], check=True, env=env, timeout=120)
