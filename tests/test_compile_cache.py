@@ -15,7 +15,7 @@ def test_where_the_cache_goes(monkeypatch, tmp_path):
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     monkeypatch.delenv(compile_cache.SWITCH, raising=False)
     monkeypatch.setenv("TUNIX_LITE_CACHE", str(tmp_path))
-    assert compile_cache.cache_path() == tmp_path / "jax"
+    assert compile_cache.cache_path() == tmp_path / "xla"
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "own"))
     assert compile_cache.cache_path() == tmp_path / "own"  # JAX's own setting wins
     for off in ("0", "false", "off"):
@@ -28,7 +28,7 @@ def test_info_names_the_cache_and_the_flag_turns_it_off(monkeypatch, tmp_path, c
     monkeypatch.delenv(compile_cache.SWITCH, raising=False)
     monkeypatch.setenv("TUNIX_LITE_CACHE", str(tmp_path))
     assert main(["info"]) == 0
-    assert f"compilation cache: {tmp_path / 'jax'}" in capsys.readouterr().out
+    assert f"compilation cache: {tmp_path / 'xla'}" in capsys.readouterr().out
     assert main(["--no-compile-cache", "info"]) == 0
     assert "compilation cache: off" in capsys.readouterr().out
 

@@ -1,7 +1,7 @@
 """XLA's persistent compilation cache, on by default: a rerun loads its programs, not compiles them.
 
 Every `tunix-lite` command, `tunix_lite.load` and the notebooks' `setup()` call `enable()`, which
-points JAX at `<cache>/jax`, beside the converted weights ($TUNIX_LITE_CACHE, default
+points JAX at `<cache>/xla`, beside the converted weights ($TUNIX_LITE_CACHE, default
 ~/.cache/tunix_lite). A second run of the same config then reads its compiled steps and sampler
 from disk (benchmarks/RESULTS.md, "Compile once per machine").
 
@@ -19,6 +19,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 SWITCH = "TUNIX_LITE_COMPILATION_CACHE"
+DIRECTORY = "xla"  # under cache_root(); only this directory gets MAX_BYTES (see enable)
 # Programs that compile faster than this are not written (JAX's default is 1 s): a run has dozens
 # of small programs (initialisation, optimizer state, the sampler's pieces) that add up to seconds.
 MIN_COMPILE_SECONDS = 0.2
@@ -37,7 +38,7 @@ def cache_path() -> Path | None:
     """Where compiled programs go, or None when the switch turns the cache off."""
     if os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    return Path(os.environ.get("JAX_COMPILATION_CACHE_DIR") or cache_root() / "jax")
+    return Path(os.environ.get("JAX_COMPILATION_CACHE_DIR") or cache_root() / DIRECTORY)
 
 
 def enable(path: str | Path | None = None) -> Path | None:
@@ -53,8 +54,10 @@ def enable(path: str | Path | None = None) -> Path | None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
-        if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ and find_spec("filelock"):
-            # JAX evicts under a file lock and refuses a size limit without the filelock package
+        if path == cache_root() / DIRECTORY and find_spec("filelock"):
+            # Our directory only: JAX's eviction expects every entry written with it on, so a
+            # cap on a directory other programs filled warns at each write. It evicts under a
+            # file lock and refuses a cap without the filelock package.
             jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
         # JAX decides at its first compile whether to use a cache; a process that compiled before
         # this call decided "no", and forgets that decision only here.
