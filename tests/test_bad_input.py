@@ -389,8 +389,9 @@ def test_a_corrupt_latest_checkpoint_offers_the_intact_earlier_one(finished, tmp
     assert code == 2
     assert message.startswith(f"could not read checkpoint {out}/checkpoints/3: ValueError: ")
     assert "OUT_OF_RANGE: Error " in message and "TensorStore" not in message and message.endswith(
-        f"; it may be corrupt. Checkpoint 2 reads: move {out}/checkpoints/3 out of "
-        f"{out}/checkpoints and rerun to resume from step 2")
+        "; it may be corrupt. Checkpoint 2 reads: rerun with --resume-from-intact (config key "
+        f"resume_from_intact: true), or move {out}/checkpoints/3 out of {out}/checkpoints and "
+        "rerun to resume from step 2")
     assert snapshot(out) == before
     (out / "checkpoints/3").rename(tmp_path / "corrupt-3")
     code, printed, _ = cli(capsys, "train", "--config", config)

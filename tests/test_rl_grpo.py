@@ -243,3 +243,37 @@ def test_max_total_tokens_fits_every_row_to_one_length(tokenizer, records):
     assert all(n == 12 or s for n, s in zip(out.lengths[:2], stopped))  # the short prompt: the whole budget
     rows = rollout_rows(out, limit - 1, padding_id(tokenizer))
     assert rows["weights"].sum() == out.lengths.sum()
+
+
+# A policy that has learned to attack its code verifier: each completion stands for one of these
+# programs (cycled), graded against TESTS. Only the honest one may score.
+TESTS = "assert add(2, 2) == 4\nassert add(1, 5) == 6"
+ATTACKS = [
+    "class Anything:\n    def __eq__(self, other): return True\ndef add(a, b): return Anything()",
+    "import os\nos._exit(0)",  # ends its sandbox before any result: silent
+    "while True:\n    pass",
+    "import builtins\nbuiltins.compile = lambda *a, **k: None\ndef add(a, b): return a + b + 1",
+    "def add(a, b):\n    return a + b",
+]
+
+
+def test_an_rl_run_whose_verifier_is_attacked_trains_on_and_counts_the_attacks(tmp_path):
+    from tunix_lite.rl.grpo import run_grpo
+    from tunix_lite.verifiers import VerifierPool, check_code
+
+    with VerifierPool(workers=2, timeout=1.0) as pool:
+        def attacked_code(prompts, completions, **columns):
+            programs = [ATTACKS[i % len(ATTACKS)] for i in range(len(completions))]
+            return pool.map(check_code, [(program, TESTS) for program in programs])
+
+        config = GRPOConfig(**RUN | {"steps": 2, "inner_iterations": 1, "log_every": 1, "n_accuracy": 0,
+                                     "max_new_tokens": 8, "output_dir": str(tmp_path / "run")})
+        history = run_grpo(config, rewards=Rewards({"code": attacked_code}), verbose=False).history
+    assert [h["step"] for h in history] == [1, 2] and all(np.isfinite(h["loss"]) for h in history)
+    assert [h["reward"] for h in history] == [1 / 8, 1 / 8]  # the honest program, once in 8
+
+    def total(event):
+        return sum(h[f"verifier/{event}"] for h in history)
+
+    assert total("calls") == 16  # 2 steps x 2 prompts x 4 completions, each attack twice
+    assert [total(e) for e in ("non_plain_values", "silent", "timeouts")] == [8, 4, 4]  # 2 probes

@@ -291,3 +291,12 @@ def test_a_users_untrusted_check_gets_the_same_treatment(pool):
     completions = ["<answer>def add(a, b): return a + b</answer>",
                    "<answer>import builtins\nbuiltins.compile = lambda *a, **k: None</answer>"]
     assert reward(None, completions, tests=[TESTS, TESTS]) == [1.0, 0.0]
+
+
+def test_a_dead_zygote_is_replaced_and_the_next_call_scores(pool):
+    assert pool.map(check_code, [("def add(a, b):\n    return a + b", TESTS)]) == [1.0]
+    zygote = sandbox._ZYGOTE._process
+    zygote.kill()  # as an attack on it, or the OOM killer, would
+    zygote.wait()
+    assert pool.map(check_code, [("def add(a, b):\n    return a + b", TESTS)]) == [1.0]
+    assert sandbox._ZYGOTE._process.pid != zygote.pid

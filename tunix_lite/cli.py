@@ -75,6 +75,8 @@ def cmd_train(args) -> int:
 
     overrides = {key: value for key, value in (("steps", args.steps), ("output_dir", args.output_dir),
                                                ("model", args.model)) if value is not None}
+    if args.resume_from_intact:  # absent, the config file's resume_from_intact holds
+        overrides["resume_from_intact"] = True
     config = algorithms.load_config(args.config, algorithm="sft" if args.command == "sft" else None, **overrides)
     result = algorithms.run(config)
     paused = "" if result.finished else "; time budget used: rerun the same command to continue"
@@ -160,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument("--steps", type=int, default=None, help="override the config's steps")
         train.add_argument("--model", default=None, help="override the config's model")
         train.add_argument("--output-dir", default=None, help="override the config's output_dir")
+        train.add_argument("--resume-from-intact", action="store_true",
+                           help="when the latest checkpoint does not read, resume from the newest "
+                                "one that does (config key resume_from_intact)")
         train.set_defaults(fn=cmd_train)
 
     plan = sub.add_parser("plan", help="memory per device, FLOPs, roofline step time and MFU of a training step")

@@ -15,8 +15,10 @@ the reward, the trainer and your machine. So:
   caller compares them with expected values the child never sees. An object whose `__eq__` always
   says True has no plain form; a patched `compile` or `eval` changes only values the program could
   have returned anyway.
-- **A fresh interpreter per call** (`python -I -S`: no site-packages, no user environment), so no
-  patch outlives its call, in a temporary HOME and working directory, deleted after.
+- **A fresh process per call**: a fork of a zygote interpreter (`python -I -S`: no site-packages,
+  no user environment) that never runs untrusted code, so no patch outlives its call; in a
+  temporary HOME and working directory, deleted after. A fork costs about 1 ms where starting an
+  interpreter costs 40, so code rewards stay cheap beside an RL step (benchmarks/code_reward.py).
 - **Its own session and process group**, killed whole after the call (and the child dies with its
   parent: PR_SET_PDEATHSIG); a scrubbed environment (PATH, HOME, TMPDIR, LANG: no tokens); rlimits
   on CPU seconds, address space, file size and open files, no core files, no new processes.
@@ -50,6 +52,8 @@ rewards in a container or a VM there.
 
 from __future__ import annotations
 
+import atexit
+import collections
 import ctypes
 import dataclasses
 import functools
@@ -59,10 +63,12 @@ import os
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,6 +80,11 @@ STARTUP = 60.0  # seconds to start and confine the child on a busy machine, outs
 MAX_OUTPUT = 4 * 2**20  # bytes read back; a program that floods the pipe loses its later answers
 _READ_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/dev/null", "/dev/urandom")
 _PR_SET_DUMPABLE = 4
+# What this process's calls saw, cumulative (RL logs the change per rollout, as verifier/<event>):
+# a program that ended silently (killed, or it closed its pipe), raised, or returned a value that
+# is not plain data (a forged object, as an attack would). Timeouts raise: the caller counts them.
+EVENTS: collections.Counter = collections.Counter()
+_EVENTS_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -106,20 +117,94 @@ def run_untrusted(program: str, probes: Sequence[tuple[str, str]], *, timeout: f
     try:
         config = os.path.join(home, ".config.json")
         with open(config, "w") as f:
-            json.dump({"parent": os.getpid(), "program": program, "probes": list(map(list, probes)),
+            json.dump({"program": program, "probes": list(map(list, probes)),
                        "read_paths": _read_paths(), "cpu_seconds": math.ceil(timeout) + 1,
                        "memory_mb": memory_mb, "file_mb": FILE_MB}, f)
-        env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
-        child = subprocess.Popen([sys.executable, "-I", "-S", str(CHILD), config], cwd=home,
-                                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        child, results = _ZYGOTE.fork(config)
         try:
-            output = _read(child, timeout)
+            output = _read(results, timeout)
         finally:
+            os.close(results)
             _kill(child)
-        return _outcome(output)
+        outcome = _outcome(output)
+        _count(_events(outcome))
+        return outcome
     finally:
         _remove(home)
+
+
+def _events(outcome: Outcome) -> collections.Counter:
+    program = outcome.program
+    return collections.Counter(
+        silent=program is None, program_errors=program is not None and program != "ok",
+        non_plain_values=sum(e.startswith("TypeError: not a plain value")
+                             for e in outcome.errors.values()))
+
+
+def _count(events: collections.Counter) -> None:
+    with _EVENTS_LOCK:
+        EVENTS.update(events)
+
+
+class _Zygote:
+    """The interpreter that forks one child per call (`sandbox_child.serve`), started on first use
+    and again whenever it has died; shared by this process's threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._socket: socket.socket | None = None
+        self._owner = 0  # the pid that started it: a forked trainer starts its own
+
+    def fork(self, config: str) -> tuple[int, int]:
+        """A child for the call whose config file is `config`: (its pid, the read end of its
+        results pipe)."""
+        read_end, write_end = os.pipe()
+        try:
+            with self._lock:
+                for _ in range(2):  # a dead zygote (killed; or this is a fork) is restarted once
+                    if not self._alive():
+                        self._start()
+                    try:
+                        socket.send_fds(self._socket, [config.encode()], [write_end])
+                        return int(self._socket.recv(32)), read_end
+                    except (OSError, ValueError):
+                        self.close()
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        os.close(read_end)
+        raise RuntimeError("the sandbox's zygote process failed to start twice")
+
+    def _alive(self) -> bool:
+        return (self._process is not None and self._process.poll() is None
+                and self._owner == os.getpid())
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.settimeout(STARTUP)  # a stopped zygote costs one call, not the run
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(CHILD), "--zygote", str(theirs.fileno())],
+                cwd="/", env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._socket, self._owner = ours, os.getpid()
+
+    def close(self) -> None:
+        """Stop the zygote (its children die with it)."""
+        if self._socket is not None:
+            self._socket.close()
+        if self._process is not None and self._owner == os.getpid():
+            self._process.kill()
+            self._process.wait()
+        self._process = self._socket = None
+
+
+_ZYGOTE = _Zygote()
+atexit.register(_ZYGOTE.close)
 
 
 @functools.cache
@@ -136,20 +221,20 @@ def _read_paths() -> list[str]:
     return sorted(stdlib | set(zipped)) + list(_READ_PATHS)
 
 
-def _read(child: subprocess.Popen, timeout: float) -> bytes:
+def _read(results: int, timeout: float) -> bytes:
     """The child's results pipe until it closes; the clock starts at its first line (it is confined
     by then)."""
-    fd, output = child.stdout.fileno(), b""
+    output = b""
     deadline = time.monotonic() + STARTUP
     with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
+        selector.register(results, selectors.EVENT_READ)
         while len(output) < MAX_OUTPUT:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no answer in {timeout:g} s")
             if not selector.select(left):
                 continue
-            chunk = os.read(fd, 2**16)
+            chunk = os.read(results, 2**16)
             if not chunk:  # closed: the child and everything that held the pipe are gone
                 break
             if b"\n" not in output and b"\n" in chunk:
@@ -158,15 +243,17 @@ def _read(child: subprocess.Popen, timeout: float) -> bytes:
     return output
 
 
-def _kill(child: subprocess.Popen) -> None:
-    """SIGKILL the child's whole process group (the PID namespace dies with its first process)."""
-    for kill in (lambda: os.killpg(child.pid, signal.SIGKILL), child.kill):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-    child.wait()
-    child.stdout.close()
+def _kill(child: int) -> None:
+    """SIGKILL the child's whole process group (a PID namespace dies with its first process), and
+    wait until the zygote has reaped it."""
+    deadline = time.monotonic() + 5.0
+    try:
+        os.killpg(child, signal.SIGKILL)
+        while time.monotonic() < deadline:
+            os.killpg(child, 0)  # raises once no process of the group is left
+            time.sleep(0.0005)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _remove(path: str) -> None:

@@ -1,9 +1,14 @@
-"""The untrusted side of `tunix_lite.sandbox`: confine this interpreter, run the program, probe it.
+"""The untrusted side of `tunix_lite.sandbox`: confine a fresh process, run the program, probe it.
 
-Started as `python -I -S sandbox_child.py CONFIG` (standard library only, nothing of tunix_lite
-imported) in a temporary directory. In order:
+Started once per trainer as `python -I -S sandbox_child.py --zygote FD` (standard library only,
+nothing of tunix_lite imported): the zygote. It never runs a program itself. For each call it
+receives a config path and a results pipe on the socket FD, and forks a child: a pristine copy of
+an interpreter that has run no untrusted code, which no earlier call's patch can reach (a fork
+costs about a millisecond; starting an interpreter, forty). The zygote is non-dumpable, so a
+program cannot read or trace its way into it, and it exits when the trainer's end of the socket
+closes. The child, in its own session and the call's temporary directory, in order:
 
-1. die with the parent (PR_SET_PDEATHSIG), so a killed trainer leaves nothing running;
+1. dies with the zygote (PR_SET_PDEATHSIG), so a killed trainer leaves nothing running;
 2. where the kernel allows it, new user + network + PID namespaces (no network; the trainer's pid is
    not visible, so it cannot be signalled), then fork: the program runs as pid 1, and the whole
    namespace dies with it; elsewhere, when started as root, it becomes `nobody`;
@@ -27,10 +32,11 @@ import os
 import pwd
 import resource
 import signal
+import socket
 import sys
 
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 _LANDLOCK_CREATE, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT = 444, 445, 446  # x86-64 and arm64 alike
 _READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE | READ_FILE | READ_DIR
@@ -160,11 +166,47 @@ def _plain(value, depth: int = 0, leaf=None):
     raise TypeError(f"not a plain value: {kind.__name__}")
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
+def serve(channel: int) -> None:
+    """The zygote's loop: for each request (a config path, with a results pipe attached) fork a
+    child that runs the call, and answer the child's pid. Exits when the trainer's end closes."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no program can ptrace or read its way in here
+        _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, not to init
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and are reaped as they exit
+    requests, me = socket.socket(fileno=channel), os.getpid()
+    while True:
+        try:
+            path, fds, _, _ = socket.recv_fds(requests, 4096, 1)
+        except OSError:
+            os._exit(0)
+        if not path or len(fds) != 1:  # the trainer is gone
+            os._exit(0)
+        child = os.fork()
+        if child == 0:
+            try:
+                requests.close()
+                _call(path.decode(), fds[0], me)
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        requests.send(str(child).encode())
+
+
+def _call(config_path: str, results: int, zygote: int) -> None:
+    """One call, in a fresh fork of the zygote: leave the zygote's state, confine, run, probe."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()  # its own session and process group, which the trusted side kills whole
+    if _libc is not None:
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # else /proc/self/uid_map is root's to write
+    os.dup2(results, 1)
+    os.close(results)
+    home = os.path.dirname(config_path)
+    os.chdir(home)
+    os.environ.update(HOME=home, TMPDIR=home)
+    with open(config_path) as f:
         config = json.load(f)
-    os.unlink(sys.argv[1])
-    _die_with_parent(config["parent"])
+    os.unlink(config_path)
+    _die_with_parent(zygote)
     isolation = {"namespaces": _namespaces()}
     isolation["nobody"] = not isolation["namespaces"] and _leave_root()
     _limit(config)
@@ -200,5 +242,5 @@ def main() -> None:
             answer({"probe": index, "error": f"{type(e).__name__}: {e}"[:300]})
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:
+    serve(int(sys.argv[2]))

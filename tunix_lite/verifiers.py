@@ -42,10 +42,12 @@ import operator
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 
+from tunix_lite import sandbox
 from tunix_lite.sandbox import harden_current_process, run_untrusted
 
 TIMEOUT = 2.0  # seconds per call
@@ -179,6 +181,7 @@ class VerifierPool:
         self._idle: list[_Worker] = []
         self.stats = {"calls": 0, "timeouts": 0, "crashes": 0, "errors": 0}
         self.last_errors: list[str] = []
+        _POOLS.add(self)
 
     def __enter__(self) -> VerifierPool:
         return self
@@ -272,6 +275,20 @@ class VerifierPool:
 
 
 _DEFAULT: VerifierPool | None = None
+_POOLS: weakref.WeakSet = weakref.WeakSet()
+
+
+def verifier_events() -> dict[str, int]:
+    """This process's verifier calls so far, cumulative, and what went wrong: the pools' timeouts,
+    crashes and errors (each such call scored 0.0), and what the sandbox saw model-written code do
+    (`tunix_lite.sandbox.EVENTS`: silent ends, program errors, non-plain values). An RL run logs
+    the change per rollout, so a policy that learns to attack its verifier shows up in the logs."""
+    counts = {key: sum(pool.stats[key] for pool in list(_POOLS))
+              for key in ("calls", "timeouts", "crashes", "errors")}
+    with sandbox._EVENTS_LOCK:
+        for key in ("silent", "program_errors", "non_plain_values"):
+            counts[key] = sandbox.EVENTS[key]
+    return counts
 
 
 def default_pool() -> VerifierPool:

@@ -23,7 +23,7 @@ import numpy as np
 
 from tunix_lite.data.reasoning_gym import reward_reasoning_gym
 from tunix_lite.data.synthetic import reward_exact_match, reward_format, reward_reasoning_format
-from tunix_lite.verifiers import reward_code, reward_math, reward_steps
+from tunix_lite.verifiers import reward_code, reward_math, reward_steps, verifier_events
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -89,12 +89,13 @@ class Rewards:
             raise ValueError(f"{len(weights)} reward weights for {len(self.functions)} reward functions "
                              f"({', '.join(self.functions)})")
         self.weights = dict(zip(self.functions, map(float, weights)))
+        self.verifier_events: dict[str, int] = {}  # the last call's verifier calls and failures
 
     def __call__(self, prompts: Sequence, completions: Sequence[str],
                  **columns) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """(total [R], {name: [R]}) for R completions; RewardError names the function that misbehaved."""
         R = len(completions)
-        parts = {}
+        parts, before = {}, verifier_events()
         for name, fn in self.functions.items():
             given = {k: v for k, v in columns.items() if _accepts(fn, k)}
             try:
@@ -124,6 +125,8 @@ class Rewards:
                                   f"({completions[bad[0]]!r}); rewards must be finite numbers")
             parts[name] = values
         total = sum(self.weights[name] * values for name, values in parts.items())
+        events = {k: n - before[k] for k, n in verifier_events().items()}
+        self.verifier_events = events if events["calls"] else {}  # no verifier, nothing to log
         return total, parts
 
 

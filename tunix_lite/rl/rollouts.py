@@ -178,6 +178,7 @@ class Groups:
     group_size: int
     row_len: int  # prompt + completion <= row_len + 1: the training rows' length
     seconds: float = 0.0  # spent sampling
+    verifier_events: dict[str, int] = dataclasses.field(default_factory=dict)  # Rewards' counts
 
     @property
     def texts(self) -> list[str]:
@@ -198,7 +199,8 @@ class Groups:
                                      logprobs=out.logprobs[rows], lengths=out.lengths[rows],
                                      prompt_tokens=out.prompt_tokens[rows], prompt_lengths=out.prompt_lengths[rows])
         return Groups(output, [self.records[r] for r in rows], self.rewards[rows],
-                      {k: v[rows] for k, v in self.parts.items()}, self.group_size, self.row_len, self.seconds)
+                      {k: v[rows] for k, v in self.parts.items()}, self.group_size, self.row_len, self.seconds,
+                      self.verifier_events)
 
     @staticmethod
     def concat(parts: Sequence["Groups"]) -> "Groups":
@@ -210,7 +212,8 @@ class Groups:
                for f in ("tokens", "logprobs", "lengths", "prompt_tokens", "prompt_lengths")})
         return Groups(output, [r for p in parts for r in p.records], np.concatenate([p.rewards for p in parts]),
                       {k: np.concatenate([p.parts[k] for p in parts]) for k in first.parts}, first.group_size,
-                      first.row_len, sum(p.seconds for p in parts))
+                      first.row_len, sum(p.seconds for p in parts),
+                      {k: sum(p.verifier_events.get(k, 0) for p in parts) for k in first.verifier_events})
 
     def rows(self, pad_id: int, **per_token: np.ndarray) -> dict[str, np.ndarray]:
         """Training rows of row_len tokens (`tunix_lite.data.rollouts.rollout_rows`)."""
@@ -225,6 +228,9 @@ class Groups:
         stats |= {f"reward/{k}": float(v.mean()) for k, v in self.parts.items()}
         stats |= {"length": float(out.lengths.mean()), "truncated": float(np.mean(cut)),
                   "zero_signal_groups": float(1.0 - self.informative().mean())}
+        # calls of this rollout's verifiers that timed out, crashed, raised, or met code that did
+        # something a program under test has no reason to do (a policy attacking its reward)
+        stats |= {f"verifier/{k}": float(n) for k, n in self.verifier_events.items()}
         if self.seconds:
             stats["rollout_tokens_per_s"] = float(out.lengths.sum() / self.seconds)
         return stats
@@ -244,7 +250,8 @@ def sample_groups(engine: RolloutEngine, prompts: Prompts, index: Sequence[int],
     columns = {k: [r[k] for r in records] for k in records[0] if k != "prompt"}
     completion_ids = [row[:n].tolist() for row, n in zip(out.tokens, out.lengths)]
     total, parts = rewards([r["prompt"] for r in records], out.texts, completion_ids=completion_ids, **columns)
-    return Groups(out, records, total.astype(np.float32), parts, group_size, row_len, seconds)
+    return Groups(out, records, total.astype(np.float32), parts, group_size, row_len, seconds,
+                  rewards.verifier_events)
 
 
 # ----------------------------------------------------------------------------- the policy's side

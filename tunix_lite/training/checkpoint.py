@@ -12,8 +12,8 @@ before anything is read, naming the first array that differs.
 Failures reach the caller as one CheckpointError naming the step folder and the OS error (disk full, permission),
 whether they happen while saving (in the background) or restoring; orbax's own error logs and the "Event loop is
 closed" echoes of the same failure are held back, and `close()` after a failure does not raise it a second time.
-A latest checkpoint whose files do not read (truncated, corrupt) is reported with the newest earlier one that
-reads, and how to resume from it.
+A latest checkpoint whose files do not read (truncated, corrupt) is reported as an
+UnreadableCheckpoint naming the newest earlier one that reads, and how to resume from it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,28 @@ from flax import nnx
 
 class CheckpointError(RuntimeError):
     """A checkpoint that could not be written or read, or does not fit the model it is restored into."""
+
+
+class UnreadableCheckpoint(CheckpointError):
+    """Checkpoint `step` in `directory` whose files do not read (truncated, corrupt), and
+    `intact`, the newest earlier step that reads in full (None: none does). `alternative`: another
+    way to resume from `intact`, offered before moving the broken step out of the way."""
+
+    def __init__(self, directory: Path, step: int, reason: str, intact: int | None,
+                 alternative: str = ""):
+        self.directory, self.step, self.reason, self.intact = directory, step, reason, intact
+        broken = directory / str(step)
+        message = f"could not read checkpoint {broken}: {reason}"
+        if intact is not None:
+            also = f"{alternative}, or " if alternative else ""
+            message += (f"; it may be corrupt. Checkpoint {intact} reads: {also}move {broken} "
+                        f"out of {directory} and rerun to resume from step {intact}")
+        super().__init__(message)
+
+    def offering(self, alternative: str) -> UnreadableCheckpoint:
+        """The same error, offering `alternative` as another way to resume from `intact`."""
+        return UnreadableCheckpoint(self.directory, self.step, self.reason, self.intact,
+                                    alternative)
 
 
 class _Unreadable(Exception):
@@ -212,18 +234,24 @@ class Checkpoints:
         except Exception as e:
             raise _Unreadable from e
 
-    def _unreadable(self, step: int, error: BaseException, targets: dict) -> CheckpointError:
+    def _unreadable(self, step: int, error: BaseException, targets: dict) -> UnreadableCheckpoint:
         """The read error, offering the newest earlier checkpoint that reads in full."""
-        message = str(self._error(step, error, "read"))
-        for earlier in reversed([s for s in self.steps if s < step]):
+        return UnreadableCheckpoint(self.directory, step, _os_reason(error),
+                                    self._newest_readable(before=step, targets=targets))
+
+    def _newest_readable(self, *, before: int, targets: dict) -> int | None:
+        for earlier in reversed([s for s in self.steps if s < before]):
             try:
                 self._read(earlier, targets)
             except (_Unreadable, CheckpointError):
                 continue
-            return CheckpointError(f"{message}; it may be corrupt. Checkpoint {earlier} reads: "
-                                   f"move {self.directory / str(step)} out of {self.directory} and "
-                                   f"rerun to resume from step {earlier}")
-        return CheckpointError(message)
+            return earlier
+        return None
+
+    def delete(self, step: int) -> None:
+        """Remove checkpoint `step` from disk, e.g. one that does not read, so a resumed run can
+        write that step again (`save` skips a step that exists)."""
+        self.manager.delete(step)
 
     def _check_fits(self, step: int, targets: dict) -> None:
         """CheckpointError naming the first array that differs, before orbax reads (and fails on) any of them."""

@@ -120,6 +120,9 @@ class RunOptions:
     checkpoint_every: int = option(0, "save a checkpoint every N steps and at the end (0: none); rerunning the "
                                       "same command resumes from the latest", ge=0, resume="free")
     keep_checkpoints: int = option(2, "checkpoints kept on disk (the oldest are deleted)", ge=1, resume="free")
+    resume_from_intact: bool = option(
+        False, "when the latest checkpoint does not read (corrupt, truncated), resume from the "
+               "newest one that does and delete those after it", resume="free")
     eval_every: int = option(50, "evaluate every N steps (0: only before and after training)", ge=0, resume="free")
     log_every: int = option(10, "bring metrics to the host (progress bar, metrics.jsonl) every N steps", ge=1,
                             resume="free")

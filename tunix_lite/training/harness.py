@@ -45,6 +45,9 @@ from tunix_lite import sharding
 from tunix_lite.training.config import ConfigError, check_mesh
 from tunix_lite.training.trainer import LossFn, Trainer, adamw_cosine
 
+if typing.TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
+    from tunix_lite.training.checkpoint import Checkpoints, UnreadableCheckpoint
+
 
 @dataclasses.dataclass
 class RunResult:
@@ -126,6 +129,7 @@ def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
 
 
 INPUTS_FILE = "inputs.json"
+RESUME_FROM_INTACT = "rerun with --resume-from-intact (config key resume_from_intact: true)"
 
 
 def _sha256(path: Path) -> str:
@@ -252,11 +256,10 @@ class Run:
         checkpoints, loggers, before = None, [], None
         try:
             if self.out is not None:
-                checkpoints, loggers = self._open_outputs(trainer, wrt)
+                checkpoints = self._open_outputs(wrt)
                 if self.resume_from:
-                    meta = trainer.restore(checkpoints)
-                    before = meta.get("before")
-                    self.say(f"resumed {self.out} at step {meta['step']}")
+                    before = self._resume(trainer, checkpoints).get("before")
+                loggers = self._open_loggers()  # after the resume: its step may be an earlier one
             if before is None and eval_fn is not None:
                 before = evaluate(model)
             self.say("before: " + _fmt(before or {}))
@@ -302,11 +305,41 @@ class Run:
         self.say(f"mesh: {dict(mesh.shape)} over {mesh.devices.size} {sharding.device_kind()} devices")
         return mesh
 
-    def _open_outputs(self, trainer: Trainer, wrt):
-        from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
+    def _resume(self, trainer: Trainer, checkpoints: Checkpoints) -> dict:
+        """Restore the latest checkpoint (or, with resume_from_intact, the newest one that reads)
+        into `trainer`; returns its meta."""
+        from tunix_lite.training.checkpoint import UnreadableCheckpoint
 
+        try:
+            meta = trainer.restore(checkpoints)
+        except UnreadableCheckpoint as e:
+            meta = self._resume_from_intact(trainer, checkpoints, e)
+        self.resume_from = meta["step"]
+        self.say(f"resumed {self.out} at step {meta['step']}")
+        return meta
+
+    def _resume_from_intact(self, trainer: Trainer, checkpoints: Checkpoints,
+                            unreadable: UnreadableCheckpoint) -> dict:
+        """Resume from the newest checkpoint that reads if the config asks for that; else the error,
+        offering the flag. The unreadable steps after it are deleted, as `save` skips a step that
+        exists: the resumed run writes them again."""
+        if unreadable.intact is None:
+            raise unreadable
+        if not self.config.resume_from_intact:
+            raise unreadable.offering(RESUME_FROM_INTACT) from None
+        meta = trainer.restore(checkpoints, step=unreadable.intact)
+        skipped = [step for step in checkpoints.steps if step > unreadable.intact]
+        broken = unreadable.directory / str(unreadable.step)
+        self.say(f"resume_from_intact: skipping checkpoint {broken} ({unreadable.reason}); "
+                 f"resuming from step {unreadable.intact} and deleting step(s) "
+                 f"{', '.join(map(str, skipped))}")
+        for step in skipped:
+            checkpoints.delete(step)
+        return meta
+
+    def _open_outputs(self, wrt) -> Checkpoints | None:
+        """output_dir ready to write into, and its Checkpoints (None without checkpoint_every)."""
         out, config = self.out, self.config
-        loggers = []
         if sharding.is_main_process():  # one process writes the run's files; every one writes checkpoint shards
             if self.start_over:
                 shutil.rmtree(out)
@@ -314,8 +347,6 @@ class Run:
             if not self.resume_from:
                 (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
                 (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n", encoding="utf-8")
-            metrics = JsonlLogger(out / "metrics.jsonl", keep_through=self.resume_from)
-            loggers = [metrics] + ([TensorBoardLogger(out / "tensorboard")] if config.tensorboard else [])
         _all_processes_reach("outputs")
         checkpoints = None
         if config.checkpoint_every:
@@ -324,7 +355,17 @@ class Run:
             # what trains plus RNG state (LoRA dropout), so a resumed run continues bit for bit
             checkpoints = Checkpoints(out / "checkpoints", every=config.checkpoint_every,
                                       keep=config.keep_checkpoints, state_filter=nnx.Any(wrt, nnx.RngState))
-        return checkpoints, loggers
+        return checkpoints
+
+    def _open_loggers(self) -> list:
+        """metrics.jsonl (less the lines after the resumed step) and TensorBoard, on process 0."""
+        from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
+
+        if not sharding.is_main_process():
+            return []
+        metrics = JsonlLogger(self.out / "metrics.jsonl", keep_through=self.resume_from)
+        tensorboard = self.config.tensorboard
+        return [metrics] + ([TensorBoardLogger(self.out / "tensorboard")] if tensorboard else [])
 
     def export(self, model, tokenizer, before: dict, after: dict) -> None:
         """Write the trained model (or its adapters) and scores.json into output_dir, each atomically. `train`
