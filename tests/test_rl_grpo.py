@@ -148,14 +148,16 @@ def test_rollouts_and_steps_compile_once_across_prompt_lengths(tokenizer, record
     rollout program, one compiled train step; every step trains on B x G / 2 rows."""
     config = GRPOConfig(model="unused", batch_size=4, group_size=3 if dynamic else 4, max_new_tokens=8,
                         seq_len=104, inner_iterations=2, mini_batches=2, beta=0.04, warmup_steps=0, steps=12,
-                        dynamic_sampling=dynamic, max_refills=2)  # G differs: each variant compiles its own
+                        dynamic_sampling=dynamic, max_refills=2,  # G differs: each variant compiles its own
+                        reward_aggregation="normalize_each" if dynamic else "sum")
     policy = small_policy(tokenizer)
     prompts = Prompts.from_config(config, records, tokenizer)
     assert len({len(ids) for ids in prompts.ids}) > 3  # the prompts really differ in length
     # dynamic sampling also samples from a bfloat16 copy, remade after every update without recompiling
     engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length, weights_dtype="bfloat16" if dynamic else None)
     stream = RolloutStream(config, policy, engine, prompts, Rewards({"parity": first_token_parity}),
-                           grpo_rows(config, policy, padding_id(tokenizer)), dynamic_sampling=dynamic,
+                           grpo_rows(config, policy, padding_id(tokenizer), {"parity": 1.0}),
+                           dynamic_sampling=dynamic,
                            max_refills=config.max_refills)
     trainer = Trainer(policy, optax.adam(1e-3), loss_from_config(config),
                       frozen=reference_policy(policy, lora=False))
@@ -165,7 +167,7 @@ def test_rollouts_and_steps_compile_once_across_prompt_lengths(tokenizer, record
     compiled = [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
     assert sum("jit(_generate)" in m for m in compiled) == 1, compiled
     assert sum("jit(train_step)" in m for m in compiled) == 1, compiled
-    assert len(history) == 12 and all("reward" in h and "kl" in h for h in history)
+    assert len(history) == 12 and all("reward" in h and "kl" in h and h["entropy"] > 0 for h in history)
     assert history[0]["count"] <= 8 and history[4]["reward"] == history[7]["reward"]  # steps 5-8: one rollout
     assert history[3]["reward"] != history[4]["reward"] or history[3]["length"] != history[4]["length"]
     if dynamic:
@@ -197,6 +199,8 @@ def test_cli_reports_bad_rl_configs_in_one_line(tmp_path, capsys):
         ("algorithm: grpo\ninner_iterations: 2\ncheckpoint_every: 3\n", "checkpoint_every: 3 is not a multiple"),
         ("algorithm: ppo\nlam: 1.5\n", "lam: must be <= 1, got 1.5"),
         ("algorithm: grpo\naggregation: sum\n", "aggregation: 'sum' is not supported; choose one of 'token-mean'"),
+        ("algorithm: grpo\nreward_aggregation: mean\n", "reward_aggregation: 'mean' is not supported; "
+                                                         "choose one of 'sum', 'normalize_each'"),
         ("algorithm: ppo\nrollout_dtype: float16\n", "rollout_dtype: 'float16' is not supported; choose one of "
                                                       "'float32', 'bfloat16'"),
     ]:

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tunix_lite.rl.advantages import ESTIMATORS, drgrpo_advantages, gae, grpo_advantages, rloo_advantages, whiten
+from tunix_lite.rl.advantages import (ESTIMATORS, decoupled_advantages, drgrpo_advantages, gae,
+                                      grpo_advantages, rloo_advantages, whiten)
 from tunix_lite.rl.losses import (aggregate, clipped_surrogate, clipped_value_loss, kl_k1, kl_k3,
                                   sequence_mean_token_mean, sequence_mean_token_sum_norm, token_mean)
 
@@ -21,6 +22,29 @@ def test_advantages_are_zero_mean_per_group_and_zero_for_equal_rewards(name):
     assert np.all(a[2] == 0.0)  # exactly zero, not eps-small
     order = np.argsort(rewards.reshape(5, 4)[0])
     assert np.all(np.diff(a[0][order]) > 0)  # a better completion always gets a larger advantage
+
+
+def test_decoupled_advantages_match_gdpo_by_hand_and_give_each_reward_its_say():
+    correct = np.array([1, 0, 0, 0, 0, 0, 0, 0], np.float32)  # two groups of 4
+    length = np.array([0, 50, 100, 150, 7, 7, 7, 7], np.float32)  # wide spread; group 2 all equal
+    parts, weights = {"correct": correct, "length": length}, {"correct": 1.0, "length": 0.5}
+
+    def by_hand(r):  # GRPO's group advantage, sample std as TRL and the paper compute it
+        g = r.reshape(-1, 4)
+        std = g.std(axis=1, ddof=1, keepdims=True)
+        return np.where(std > 0, (g - g.mean(axis=1, keepdims=True)) / np.where(std > 0, std, 1), 0)
+
+    summed = (by_hand(correct) + 0.5 * by_hand(length)).reshape(-1)
+    expected = (summed - summed.mean()) / summed.std()  # GDPO: then the batch's mean and std
+    np.testing.assert_allclose(decoupled_advantages(parts, weights, 4, eps=0.0), expected, atol=1e-5)
+    # scaling one reward changes nothing: no reward drowns another by its spread alone ...
+    scaled = decoupled_advantages({"correct": correct, "length": 1000 * length}, weights, 4)
+    np.testing.assert_allclose(scaled, decoupled_advantages(parts, weights, 4), atol=1e-5)
+    # ... which the plain sum does not do: the correct answer ranks below two longer wrong ones there
+    total = grpo_advantages(correct + 0.5 * length, 4)
+    assert total[0] < total[2] and expected[0] > expected[2]
+    assert np.all(np.asarray(decoupled_advantages(parts, weights, 4))[4:] == 0.0)  # no signal: 0
+
 
 
 def test_advantage_estimators_against_hand_computed_values():

@@ -8,10 +8,15 @@ rewards are all equal carries no signal and gets advantage exactly 0 under every
     A_dr   =  r - mean_group                            Dr. GRPO ("GRPO Done Right", arXiv 2503.20783)
     A_rloo =  r - mean of the group's *other* rewards   RLOO (Ahmadian et al. 2024, arXiv 2402.14740)
 
+With several rewards, each of these reads their weighted sum, unless `decoupled_advantages` (GDPO)
+normalises each reward within its group first.
+
 PPO's estimator, GAE, instead reads a learned value per token (`gae`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +64,25 @@ def rloo_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
 
 
 ESTIMATORS = {"grpo": grpo_advantages, "drgrpo": drgrpo_advantages, "rloo": rloo_advantages}
+
+
+def decoupled_advantages(parts: Mapping[str, jax.Array], weights: Mapping[str, float],
+                         group_size: int, estimator: Callable = grpo_advantages,
+                         eps: float = 1e-6) -> jax.Array:
+    """GDPO (Group reward-Decoupled normalization Policy Optimization, arXiv 2601.05242): each
+    reward's own group advantage, weighted and summed, then rescaled over the batch:
+
+        A = S / (std_batch(S) + eps),      S = sum_k w_k * A_group(r_k)
+
+    parts: {name: [B*G]} one array per reward; A_group: `estimator` (GRPO's by default). Summing
+    the rewards first lets the one with the widest spread decide the ranking inside a group:
+    (correct, well-formatted) and (wrong, well-formatted) can end up with the same advantage as
+    other combinations. Normalising each reward first gives each one its own say, in proportion
+    to its weight. Departure: GDPO also subtracts the batch mean; every A_group here sums to 0
+    within its group, so that mean is 0 and only the rescaling is left, which keeps a group
+    without signal at exactly 0. [B*G] -> [B*G]."""
+    summed = sum(w * estimator(parts[name], group_size) for name, w in weights.items())
+    return summed / (jnp.std(summed) + eps)
 
 
 def gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:

@@ -32,13 +32,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import ClassVar, Literal
 
 import jax
 import numpy as np
 
 from tunix_lite import sharding
-from tunix_lite.rl.advantages import ESTIMATORS
+from tunix_lite.rl.advantages import ESTIMATORS, decoupled_advantages
 from tunix_lite.rl.engine import SamplerEngine
 from tunix_lite.rl.losses import KL_ESTIMATORS, aggregate, clipped_surrogate
 from tunix_lite.rl.rollouts import (Prompts, RLOptions, RolloutStream, old_log_probs, padded_rows, plot_curves,
@@ -59,6 +60,9 @@ class GRPOConfig(ConfigBase, RLOptions, RunOptions, DataOptions, OptimOptions, M
     algorithm: ClassVar[str] = "grpo"
     advantage: Literal["grpo", "drgrpo", "rloo"] = option("grpo", "group advantage: (r - mean) / std, r - mean "
                                                                   "(Dr. GRPO), or leave-one-out (RLOO)")
+    reward_aggregation: Literal["sum", "normalize_each"] = option(
+        "sum", "several rewards: the group advantage of their weighted sum, or each reward's own group "
+               "advantage, weighted, summed and rescaled over the batch (GDPO)")
     aggregation: Literal["token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm"] = option(
         "sequence-mean-token-mean", "how per-token losses become one number (tunix_lite.rl.losses)")
     ratio_level: Literal["token", "sequence"] = option("token", "importance ratio per token, or one per sequence "
@@ -148,13 +152,18 @@ def loss_from_config(config: GRPOConfig):
                              ratio_level=config.ratio_level, max_tokens=config.max_new_tokens)
 
 
-def grpo_rows(config: GRPOConfig, model, pad_id: int):
+def grpo_rows(config: GRPOConfig, model, pad_id: int, weights: Mapping[str, float]):
     """prepare(groups) for the stream: rows + group advantages (+ old log-probs when a rollout feeds several
-    optimizer steps), padded to batch_size x group_size rows."""
+    optimizer steps), padded to batch_size x group_size rows. `weights`: each reward's, by name."""
     estimator = ESTIMATORS[config.advantage]
 
+    def advantages(groups) -> np.ndarray:
+        if config.reward_aggregation == "normalize_each":
+            return np.asarray(decoupled_advantages(groups.parts, weights, config.group_size, estimator))
+        return np.asarray(estimator(groups.rewards, config.group_size))
+
     def prepare(groups):
-        rows = groups.rows(pad_id) | {"advantages": np.asarray(estimator(groups.rewards, config.group_size))}
+        rows = groups.rows(pad_id) | {"advantages": advantages(groups)}
         rows = padded_rows(rows, config.batch_size * config.group_size)
         if config.steps_per_rollout > 1:
             rows["old_logprobs"] = old_log_probs(model, rows)
@@ -178,7 +187,8 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
     frozen = reference_policy(model, bool(config.lora_rank)) if config.beta else None
     engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length, mesh=rollout_mesh,
                            wrt=trained_variables(config), weights_dtype=config.rollout_dtype)
-    stream = RolloutStream(config, model, engine, prompts, rewards, grpo_rows(config, model, padding_id(tokenizer)),
+    prepare = grpo_rows(config, model, padding_id(tokenizer), rewards.weights)
+    stream = RolloutStream(config, model, engine, prompts, rewards, prepare,
                            dynamic_sampling=config.dynamic_sampling, max_refills=config.max_refills)
     report = (f"{prompts.report()} x {config.group_size} completions of <= "
               f"{config.max_new_tokens} tokens; rows of {stream.row_len}; rewards "

@@ -220,13 +220,17 @@ class Groups:
         return rollout_rows(self.output, self.row_len, pad_id, **per_token)
 
     def stats(self, max_new_tokens: int) -> dict[str, float]:
-        """What a rollout looked like, for the logs: mean rewards, completion length, how many completions were
-        cut (by the budget or the row's end), how many groups carried no signal, and sampling speed."""
+        """What a rollout looked like, for the logs: mean rewards, the sampled tokens' entropy, completion
+        length, how many completions were cut (by the budget or the row's end), how many groups carried no
+        signal, the verifiers' failures, and sampling speed."""
         out = self.output
         cut = (out.lengths >= max_new_tokens) | (out.prompt_lengths + out.lengths > self.row_len)
         stats = {"reward": float(self.rewards.mean())}
         stats |= {f"reward/{k}": float(v.mean()) for k, v in self.parts.items()}
-        stats |= {"length": float(out.lengths.mean()), "truncated": float(np.mean(cut)),
+        # -log pi of each sampled token, averaged: the policy's entropy per token (in expectation, when
+        # sampling at temperature 1 with no top-k / top-p); its fall is the policy sharpening
+        entropy = float(-out.logprobs.sum() / max(out.lengths.sum(), 1))
+        stats |= {"entropy": entropy, "length": float(out.lengths.mean()), "truncated": float(np.mean(cut)),
                   "zero_signal_groups": float(1.0 - self.informative().mean())}
         # calls of this rollout's verifiers that timed out, crashed, raised, or met code that did
         # something a program under test has no reason to do (a policy attacking its reward)
