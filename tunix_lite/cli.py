@@ -77,7 +77,8 @@ def cmd_train(args) -> int:
                                                ("model", args.model)) if value is not None}
     if args.resume_from_intact:  # absent, the config file's resume_from_intact holds
         overrides["resume_from_intact"] = True
-    config = algorithms.load_config(args.config, algorithm="sft" if args.command == "sft" else None, **overrides)
+    config = algorithms.load_config(args.config, algorithm="sft" if args.command == "sft" else None,
+                                    settings=args.settings, **overrides)
     result = algorithms.run(config)
     paused = "" if result.finished else "; time budget used: rerun the same command to continue"
     print(f"[{len(result.history)} steps in {result.seconds:.0f} s{paused}]", file=sys.stderr)
@@ -87,7 +88,8 @@ def cmd_train(args) -> int:
 def cmd_run(args) -> int:
     from tunix_lite.pipeline import load_pipeline, plan, run_pipeline
 
-    pipeline = load_pipeline(args.pipeline, max_minutes=args.max_minutes, output_dir=args.output_dir)
+    pipeline = load_pipeline(args.pipeline, settings=args.settings, max_minutes=args.max_minutes,
+                             output_dir=args.output_dir)
     if args.check:
         print(plan(pipeline))
         return 0
@@ -131,6 +133,21 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_grade_all(args) -> int:
+    from tunix_lite.course import roster
+
+    return roster.grade_all(args.submissions, args.csv, phase=args.phase, tests_dir=args.tests,
+                            timeout=args.timeout)
+
+
+def add_set_option(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument("--set", action="append", default=[], dest="settings", metavar="KEY=VALUE",
+                        help=f"set any key of the file, e.g. {example}; repeatable. KEY is a "
+                             "dotted path (LIST.INDEX for a list), VALUE is YAML; checked and "
+                             "saved as the file's values are; a dedicated flag (e.g. "
+                             "--output-dir) wins over it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
     parser.add_argument("--no-compile-cache", action="store_true",
@@ -165,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         train.add_argument("--resume-from-intact", action="store_true",
                            help="when the latest checkpoint does not read, resume from the newest "
                                 "one that does (config key resume_from_intact)")
+        add_set_option(train, "learning_rate=3e-4")
         train.set_defaults(fn=cmd_train)
 
     plan = sub.add_parser("plan", help="memory per device, FLOPs, roofline step time and MFU of a training step")
@@ -191,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="this session's wall-clock budget: then checkpoint and exit; rerun to continue")
     pipe.add_argument("--output-dir", default=None, help="override the file's output_dir")
     pipe.add_argument("--check", action="store_true", help="check the file and print the plan; no compute")
+    add_set_option(pipe, "stages.2.steps=50")
     pipe.set_defaults(fn=cmd_run)
 
     ev = sub.add_parser("eval", help="score a model on a data spec with the training reward: "
@@ -214,6 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true",
                     help="print one JSON object: accuracy, ci95, format, n, per_task, pass@K, ...")
     ev.set_defaults(fn=cmd_eval)
+
+    roster = sub.add_parser("grade-all", help="instructor: grade a roster of notebooks into one CSV "
+                                              "(tunix_lite/course/roster.py says who is a learner)")
+    roster.add_argument("submissions", help="a folder: one sub-folder or NAME.ipynb per learner")
+    roster.add_argument("--csv", required=True, help="the CSV to write, replaced only when complete")
+    roster.add_argument("--tests", help="a folder of hidden test modules (phaseNN.py)")
+    roster.add_argument("--phase", help="the phase of every notebook (default: each file's NN_)")
+    roster.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds per exercise and per graded cell (default 30)")
+    roster.set_defaults(fn=cmd_grade_all)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")

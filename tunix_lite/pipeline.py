@@ -50,7 +50,8 @@ from typing import Any, Literal
 
 import yaml
 
-from tunix_lite.training.config import ConfigError, _check_range, _coerce, option, read_yaml
+from tunix_lite.training.config import (ConfigError, _check_range, _coerce, apply_settings, option,
+                                        read_yaml)
 
 REASONING_DOMAINS = ("arithmetic", "compare", "sort", "count", "sequence", "instruction")
 PREFERENCE_ALGORITHMS = ("dpo", "reward_model")  # stages that train on preference pairs (prompt, chosen, rejected)
@@ -170,6 +171,7 @@ class Pipeline:
     data: DataSpec
     evaluation: EvalSpec | None
     stages: list[Stage]
+    values: dict  # the file's mapping with the command line's settings: what pipeline.yaml records
 
     @property
     def root(self) -> Path:
@@ -179,12 +181,15 @@ class Pipeline:
         return self.root / name
 
 
-def load_pipeline(path: str | Path, **overrides) -> Pipeline:
-    """Read and check a pipeline file (`overrides` replace top-level keys, e.g. max_minutes); no compute.
+def load_pipeline(path: str | Path, *, settings: list[str] = (), **overrides) -> Pipeline:
+    """Read and check a pipeline file, with the command line's `--set KEY=VALUE` `settings`
+    (dotted paths: stages.2.steps), then `overrides` (top-level keys, e.g. max_minutes); no compute.
     Every problem is a ConfigError of one line naming the file, the stage and the key."""
     path = Path(path)
+    values = apply_settings(read_yaml(path), settings)
+    values |= {k: v for k, v in overrides.items() if v is not None}
     try:
-        return _check(path, read_yaml(path) | {k: v for k, v in overrides.items() if v is not None})
+        return _check(path, values)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
 
@@ -236,8 +241,8 @@ def _check(path: Path, values: dict) -> Pipeline:
             if key in raw:
                 raise ConfigError(f"{where}: {key}: set by the pipeline (the model from `from:`, the folder "
                                   f"output_dir/{name}); remove it from the stage")
-        values = {"checkpoint_every": CHECKPOINT_EVERY} | spec.defaults | raw
-        stage = Stage(name, algorithm, source, values)
+        stage_values = {"checkpoint_every": CHECKPOINT_EVERY} | spec.defaults | raw
+        stage = Stage(name, algorithm, source, stage_values)
         try:
             stage.config = config_class(algorithm).from_dict(_stage_values(spec, data, stage, spec.model, check=True))
             check_against_model(stage.config, base_config)
@@ -245,7 +250,7 @@ def _check(path: Path, values: dict) -> Pipeline:
             raise ConfigError(f"{where}: {e}") from None
         stages.append(stage)
         names.append(name)
-    pipeline = Pipeline(path, spec, data, evaluation, stages)
+    pipeline = Pipeline(path, spec, data, evaluation, stages, values)
     _check_rewards(pipeline)
     check_budget(pipeline, spec.max_minutes)
     return pipeline
@@ -596,7 +601,8 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
     budget = Budget(pipeline.spec.max_minutes)
     root = pipeline.root
     root.mkdir(parents=True, exist_ok=True)
-    (root / "pipeline.yaml").write_text(yaml.safe_dump(read_yaml(pipeline.path), sort_keys=False), encoding="utf-8")
+    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline.values, sort_keys=False),
+                                        encoding="utf-8")
     prepare_data(pipeline, say)
     reports = {}
 
@@ -662,4 +668,58 @@ def plan(pipeline: Pipeline) -> str:
     if pipeline.evaluation is not None:
         e = pipeline.evaluation
         lines.append(f"  evaluation: {e.n_prompts} held-out prompts x {e.samples} samples after every stage")
+    lines += _device_lines(pipeline)
     return "\n".join(lines)
+
+
+def _device_lines(pipeline: Pipeline) -> list[str]:
+    """The devices the stages' meshes use on this machine; a warning when they leave some idle."""
+    import jax
+
+    from tunix_lite.sharding import device_kind
+
+    devices = jax.devices()
+    used = {}
+    for i, stage in enumerate(pipeline.stages):
+        try:
+            used[stage.name] = _stage_devices(stage.config, devices)
+        except ValueError as e:  # sizes that do not fit this machine fail here, not stages later
+            raise ConfigError(f"{pipeline.path}: stages[{i}] ({stage.name}): {e}") from None
+    meshes = {mesh for _, mesh in used.values()}
+    most = max(count for count, _ in used.values())
+    if len(meshes) == 1:
+        line = f"devices: {most} x {devices[0].device_kind}, mesh {meshes.pop()}"
+    else:
+        line = (f"devices: up to {most} x {devices[0].device_kind}, mesh per stage: "
+                + ", ".join(f"{name} {mesh}" for name, (_, mesh) in used.items()))
+    fewest = min(count for count, _ in used.values())
+    warning = unused_devices_warning(len(devices), fewest, device_kind(devices[0]))
+    return [line] + ([warning] if warning else [])
+
+
+def _stage_devices(config, devices: list) -> tuple[int, str]:
+    """(how many of `devices` a stage trains and samples on, its mesh in words)."""
+    from tunix_lite.sharding import resolve_mesh
+
+    train_on, rollouts = devices, None
+    if getattr(config, "rollout_mesh", None) is not None:  # GRPO sampling on devices of its own
+        from tunix_lite.rl.grpo import split_devices
+
+        train_on, rollouts = split_devices(config, devices)
+    mesh = resolve_mesh(config.mesh, train_on)
+    if mesh is None:
+        count, words = 1, "null (one device)"
+    else:
+        count, words = mesh.devices.size, str(dict(mesh.shape))
+    if rollouts is not None:
+        count, words = count + rollouts.devices.size, f"{words} + rollouts {dict(rollouts.shape)}"
+    return count, words
+
+
+def unused_devices_warning(available: int, used: int, platform: str) -> str | None:
+    """The warning when a run uses fewer devices than the machine has (None when it uses them all).
+    A CPU counts as one device unless XLA_FLAGS simulates several, which then count like chips."""
+    if used >= available:
+        return None
+    return (f"warning: this machine has {available} {platform.upper()} devices; "
+            f"the mesh uses {used}. Set mesh: auto to use all of them")

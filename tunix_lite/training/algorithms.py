@@ -12,7 +12,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from tunix_lite.training.config import SHARED_PARTS, ConfigError, read_yaml
+from tunix_lite.training.config import SHARED_PARTS, ConfigError, apply_settings, read_yaml
 
 # algorithm -> (module, config class, driver)
 ALGORITHMS = {
@@ -38,10 +38,12 @@ def config_class(algorithm: str):
     return _entry(algorithm)[0]
 
 
-def load_config(path: str | Path, *, algorithm: str | None = None, **overrides):
-    """The config in a YAML file (its `algorithm:` key picks the class, "sft" when absent), with `overrides`
-    applied; every value checked. With `algorithm`, the file must be of that algorithm."""
-    values = read_yaml(path)
+def load_config(path: str | Path, *, algorithm: str | None = None, settings: list[str] = (),
+                **overrides):
+    """The config in a YAML file (its `algorithm:` key picks the class, "sft" when absent), with the
+    command line's `--set KEY=VALUE` `settings` and then `overrides` applied; every value checked.
+    With `algorithm`, the file must be of that algorithm."""
+    values = apply_settings(read_yaml(path), settings)
     name = values.get("algorithm", "sft")
     if algorithm is not None and name != algorithm:
         raise ConfigError(f"{path}: algorithm is {name!r}, expected {algorithm!r}")

@@ -20,6 +20,7 @@ are converted. Each field also says whether a resumed run may change it (`resume
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -407,3 +408,65 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got {type(values).__name__}")
     return values
+
+
+SET_EXAMPLE = "e.g. --set learning_rate=3e-4 or --set stages.2.steps=50"
+
+
+def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """A copy of a file's mapping with each command-line `--set KEY=VALUE` applied, before the
+    checks: so a setting is typed, checked and saved exactly as the same value in the file would be.
+    KEY is a dotted path into nested mappings and lists (`stages.2.steps`); VALUE is read as YAML,
+    like the file."""
+    values = copy.deepcopy(values)
+    for setting in settings:
+        path, value = _parse_setting(setting)
+        _assign(values, path, value, setting)
+    return values
+
+
+def _parse_setting(setting: str) -> tuple[list[str], Any]:
+    key, equals, text = setting.partition("=")
+    if not equals:
+        raise ConfigError(f"--set {setting}: expected KEY=VALUE, {SET_EXAMPLE}")
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {setting}: the key is empty; expected KEY=VALUE, {SET_EXAMPLE}")
+    path = key.split(".")
+    if not all(path):
+        raise ConfigError(f"--set {setting}: {key!r} has an empty part between dots; {SET_EXAMPLE}")
+    try:
+        return path, yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", e)
+        raise ConfigError(f"--set {setting}: the value is not valid YAML ({problem}); write it as "
+                          "in the file, e.g. --set 'domains=[sort, count]'") from None
+
+
+def _assign(values: dict, path: list[str], value, setting: str) -> None:
+    """Set values[path[0]][path[1]]... = value. A missing (or null) mapping on the way is created,
+    so an unknown key reaches the checks, which name it as they do in a file."""
+    container = values
+    for depth, part in enumerate(path):
+        where = ".".join(path[:depth])
+        if isinstance(container, list):
+            part = _list_index(container, part, where, setting)
+        elif not isinstance(container, dict):
+            raise ConfigError(f"--set {setting}: {where} is {container!r}, not a mapping or a "
+                              f"list; set it whole (--set {where}=VALUE)")
+        if depth == len(path) - 1:
+            container[part] = value
+            return
+        if isinstance(container, dict) and container.get(part) is None:
+            container[part] = {}
+        container = container[part]
+
+
+def _list_index(items: list, part: str, where: str, setting: str) -> int:
+    indices = f"0 to {len(items) - 1}" if items else "none: it is empty"
+    if not part.isdigit():
+        raise ConfigError(f"--set {setting}: {where} is a list; index it with a number ({indices})")
+    if int(part) >= len(items):
+        raise ConfigError(f"--set {setting}: {where} has {len(items)} items, index {part} is out "
+                          f"of range ({indices})")
+    return int(part)

@@ -1,0 +1,83 @@
+"""Re-execute a notebook under a profile and commit what a learner should see.
+
+    python scripts/refresh_notebook.py notebooks/02_gemma3_from_scratch.ipynb       # run (ci profile), rewrite
+    python scripts/refresh_notebook.py notebooks/*.ipynb --finish-bars-only         # no run: fix stored bars
+
+Running writes every cell's fresh outputs back into the file, as CI's nbval run computes them (the `ci`
+profile, CPU, the notebook's own directory). Either way, a tqdm progress bar is stored as its finished
+text ("train: 100%|##########| 300/300"), not as the live widget, which a saved notebook shows frozen at
+0% (the widget's state is not saved with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+# tqdm's first frame: "desc:   0%|          | 0/300 [00:00<?, ?it/s]" (desc and total optional)
+BAR = re.compile(r"^(?:(?P<desc>.*?): *)?\d+%\|[^|]*\| *\d+/(?P<total>\d+|\?)")
+
+
+def finished_bar(text: str) -> str | None:
+    """The finished form of a tqdm bar's text, or None when `text` is not a tqdm bar."""
+    match = BAR.match(text.strip())
+    if match is None:
+        return None
+    total, desc = match["total"], match["desc"]
+    bar = f"100%|{'█' * 10}| {total}/{total}" if total != "?" else "done"
+    return f"{desc}: {bar}\n" if desc else f"{bar}\n"
+
+
+def finish_progress_bars(notebook: dict) -> int:
+    """Replace every stored tqdm widget by its finished text (a stderr stream, as tqdm writes it outside
+    Jupyter); returns how many were replaced. Cells whose outputs nbval compares with a fresh run
+    (`# NBVAL_CHECK_OUTPUT`) keep the widget a fresh run makes."""
+    replaced = 0
+    for cell in notebook["cells"]:
+        if "NBVAL_CHECK_OUTPUT" in "".join(cell.get("source", "")):
+            continue
+        outputs = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            text = finished_bar("".join(data.get("text/plain", ""))) if WIDGET in data else None
+            if text is None:
+                outputs.append(output)
+                continue
+            outputs.append({"name": "stderr", "output_type": "stream", "text": [text]})
+            replaced += 1
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+    return replaced
+
+
+def execute(path: Path, profile: str) -> dict:
+    """The notebook run top to bottom in its own directory, as CI runs it."""
+    import nbclient
+    import nbformat
+
+    os.environ.update(JAX_PLATFORMS="cpu", TUNIX_LITE_PROFILE=profile)
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
+    return json.loads(nbformat.writes(notebook))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--profile", default="ci", help="TUNIX_LITE_PROFILE to run under (default: ci)")
+    parser.add_argument("--finish-bars-only", action="store_true",
+                        help="do not run: only store the progress bars already there as finished")
+    args = parser.parse_args()
+    for path in args.notebooks:
+        notebook = json.loads(path.read_text()) if args.finish_bars_only else execute(path, args.profile)
+        bars = finish_progress_bars(notebook)
+        path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+        print(f"{path}: {'ran, ' if not args.finish_bars_only else ''}{bars} progress bars stored finished")
+
+
+if __name__ == "__main__":
+    main()
