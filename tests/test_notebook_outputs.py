@@ -26,3 +26,27 @@ def test_no_committed_progress_bar_is_frozen(path):
     assert refresh.finish_progress_bars(notebook) == 0, (
         f"{path.name} stores tqdm bars frozen at 0%: python scripts/refresh_notebook.py {path} "
         "--finish-bars-only")
+
+
+def _notebook_with_output(path: Path, printed: str) -> None:
+    cell = {"cell_type": "code", "execution_count": 1, "id": "c0", "metadata": {},
+            "source": ["# NBVAL_CHECK_OUTPUT\n", "print(sum(range(5)))"],
+            "outputs": [{"name": "stdout", "output_type": "stream", "text": [printed]}]}
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_ci_fails_when_a_deterministic_cells_committed_output_drifts(tmp_path):
+    """CI runs every notebook under nbval: a cell marked `# NBVAL_CHECK_OUTPUT` must print what its
+    committed output says, so an edited output (or an edited source whose output was not refreshed)
+    fails the run."""
+    import subprocess
+    import sys
+
+    results = {}
+    for name, printed in (("committed.ipynb", "10\n"), ("edited.ipynb", "11\n")):
+        _notebook_with_output(tmp_path / name, printed)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                              "--nbval-current-env", str(tmp_path / name)],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        results[name] = run.returncode
+    assert results == {"committed.ipynb": 0, "edited.ipynb": 1}

@@ -1,0 +1,145 @@
+"""Grade a roster: `tunix-lite grade-all SUBMISSIONS_DIR --tests DIR --csv out.csv [--phase NN]`.
+
+A learner is one entry of SUBMISSIONS_DIR (hidden entries and other files are skipped):
+
+- a folder: the learner is the folder's name, the notebook its one `.ipynb` (searched below it,
+  `.ipynb_checkpoints` ignored); none, or several, is that learner's error;
+- an `.ipynb` file: the learner is the file name without `.ipynb`.
+
+Each notebook is graded by `tunix_lite.course.grading.grade`, the grader of `tunix-lite grade` (its
+confined worker, time limits and hidden tests), one after the other. A notebook that cannot be
+graded (invalid JSON, no phase) is one row with its error in one line; a cell that crashes the
+worker or hangs costs its exercises inside `grade`, and the row's error column names it. The
+batch never stops for one learner. Rows go to a temporary file beside out.csv as they are graded
+(flushed, so an interrupted batch can be inspected), which replaces out.csv only once every
+learner has a row.
+
+Exit codes: 0 when the CSV is written, whatever the scores; 2 on bad arguments; 130 when interrupted
+(out.csv untouched, the partial file kept and named).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from tunix_lite.course import grading
+from tunix_lite.course.notebook import _short
+
+COLUMNS = ("learner", "notebook", "score", "max_score", "exercises", "seed", "seconds", "error")
+ERROR_CHARS = 300  # one readable line per learner; the full story is one `tunix-lite grade` away
+PROBLEMS = ("error", "timeout")  # outcomes that mean the code crashed or hung, not a wrong answer
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs such text as a formula
+
+
+def learners(submissions: Path) -> list[tuple[str, Path | None, str]]:
+    """(learner, notebook or None, why there is none) for each learner in `submissions`, by name."""
+    roster = []
+    for entry in sorted(submissions.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            roster.append((entry.name, *_notebook_in(entry)))
+        elif entry.suffix == ".ipynb":
+            roster.append((entry.stem, entry, ""))
+    return roster
+
+
+def _notebook_in(folder: Path) -> tuple[Path | None, str]:
+    found = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    if len(found) == 1:
+        return found[0], ""
+    if not found:
+        return None, "no .ipynb in the folder"
+    names = ", ".join(str(p.relative_to(folder)) for p in found)
+    return None, f"{len(found)} notebooks, expected one: {names}"
+
+
+def grade_row(learner: str, notebook: Path | None, why: str, *, phase: str | None,
+              tests_dir: str | None, timeout: float, max_score: int | str) -> dict:
+    """One learner's CSV row. Any exception is this learner's error, never the batch's."""
+    row = dict.fromkeys(COLUMNS, "") | {"learner": learner, "notebook": str(notebook or ""),
+                                        "score": 0, "max_score": max_score, "error": one_line(why)}
+    if notebook is None:
+        return row
+    start = time.perf_counter()
+    try:
+        report = grading.grade(notebook, timeout=timeout, phase=phase, tests_dir=tests_dir)
+    except Exception as e:  # noqa: BLE001 - a broken notebook is one row, whatever broke
+        return row | {"seconds": round(time.perf_counter() - start, 1),
+                      "error": one_line(f"{type(e).__name__}: {e}")}
+    return row | {"score": report["score"], "max_score": report["max_score"],
+                  "exercises": exercise_summary(report), "seed": report["seed"],
+                  "seconds": report["seconds"], "error": crash_summary(report)}
+
+
+def exercise_summary(report: dict) -> str:
+    """'masked_mean 4/4; pad_to_bucket 0/3 not implemented': per exercise, passed/total tests."""
+    return "; ".join(f"{r['exercise']} {r['passed']}/{r['total']}"
+                     + ("" if r["status"] == "passed" else f" {r['status']}")
+                     for r in report["exercises"])
+
+
+def crash_summary(report: dict) -> str:
+    """The distinct crash and time-limit messages of a graded notebook, in one line ('' if none)."""
+    messages = dict.fromkeys(f"{t['exercise']}: {t['message']}" for t in report["tests"]
+                             if t["outcome"] in PROBLEMS)
+    return one_line("; ".join(messages))
+
+
+def one_line(text: str) -> str:
+    return _short(" ".join(text.split()), ERROR_CHARS)
+
+
+def spreadsheet_safe(value: object) -> object:
+    """Learner-controlled text (names, error messages) must not start a spreadsheet formula."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def max_score_of(phase: str | None, tests_dir: str | None) -> int | str:
+    """The phase's test count, also the max of a row that could not be graded ('' without --phase).
+    Loading the tests here also stops a bad --tests or --phase before the first learner."""
+    if phase is None:
+        return ""
+    from tunix_lite.course import graded
+
+    module = graded.module_for(phase, tests_dir)
+    return sum(len(ex.tests) for ex in graded.exercises(phase, module))
+
+
+def grade_all(submissions: str | Path, csv_path: str | Path, *, phase: str | None = None,
+              tests_dir: str | None = None, timeout: float = grading.EXERCISE_SECONDS) -> int:
+    """Grade every learner of `submissions` into `csv_path` (module docstring); the exit code."""
+    from tqdm import tqdm
+
+    submissions, csv_path = Path(submissions), Path(csv_path)
+    if not submissions.is_dir():
+        raise ValueError(f"no such submissions folder: {submissions}")
+    roster = learners(submissions)
+    if not roster:
+        raise ValueError(f"{submissions}: no learners (sub-folders or .ipynb files)")
+    max_score = max_score_of(phase, tests_dir)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=csv_path.parent, prefix=f".{csv_path.name}.",
+                                   suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, COLUMNS)
+            writer.writeheader()
+            bar = tqdm(roster, desc="grading", unit="learner")
+            for learner, notebook, why in bar:
+                bar.set_postfix_str(learner)
+                row = grade_row(learner, notebook, why, phase=phase, tests_dir=tests_dir,
+                                timeout=timeout, max_score=max_score)
+                writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
+                f.flush()  # an interrupted batch leaves every finished row readable
+            os.fsync(f.fileno())
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {csv_path} left as it was; the rows so far are in {partial}")
+        return 130
+    os.replace(partial, csv_path)
+    print(f"wrote {csv_path} ({len(roster)} learners)")
+    return 0
