@@ -1,6 +1,8 @@
 """Export: a LoRA-trained model merged into a Hugging Face checkpoint that transformers (the test-only reference)
 loads with the same logits, tokens and chat template; the Orbax copy restores the same weights."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,7 +37,7 @@ def exported(tmp_path_factory):
 
 def test_transformers_loads_the_merged_export_with_the_same_logits(exported):
     model, tokenizer, directory = exported
-    assert sorted(p.name for p in directory.iterdir()) == ["hf", "orbax"]
+    assert sorted(p.name for p in directory.iterdir()) == ["hf", "orbax", "param_names.json"]
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(directory / "hf", dtype=torch.float32).eval()
     ids = tokenizer.encode("<reasoning>5 + 3 = 8. 8 * 2 = 16.</reasoning><answer>16</answer>", add_bos=True)
     with torch.no_grad():
@@ -75,3 +77,23 @@ def test_the_orbax_copy_restores_the_merged_weights(exported):
     reloaded, _ = tunix_lite.load(directory / "hf")
     for a, b in zip(jax.tree.leaves(nnx.state(fresh, nnx.Param)), jax.tree.leaves(nnx.state(reloaded, nnx.Param))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_param_names_map_every_orbax_array_onto_its_hf_tensor(exported):
+    """What another JAX stack reads: the orbax dict, restored with Orbax alone, and param_names.json."""
+    import orbax.checkpoint as ocp
+    from safetensors.numpy import load_file
+
+    _, _, directory = exported
+    table = json.loads((directory / "param_names.json").read_text())
+    with ocp.StandardCheckpointer() as checkpointer:
+        restored = checkpointer.restore((directory / "orbax").absolute())
+    hf = load_file(directory / "hf" / "model.safetensors")
+    assert len(table["params"]) == len(jax.tree.leaves(restored))
+    for row in table["params"]:
+        array = restored
+        for key in row["orbax"].split("/"):
+            array = array[key] if key in array else array[int(key)]
+        array = np.asarray(array)
+        assert list(array.shape) == row["shape"] and list(hf[row["hf"]].shape) == row["hf_shape"]
+        np.testing.assert_array_equal(array.T if row["transposed"] else array, hf[row["hf"]])

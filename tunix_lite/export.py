@@ -4,6 +4,12 @@
     # export/hf/     config.json, model.safetensors, tokenizer (tokenizer.model or tokenizer.json),
     #                tokenizer_config.json (with the chat template), generation_config.json
     # export/orbax/  the same weights as an Orbax checkpoint of nnx.state(model, nnx.Param) (a pure dict)
+    # export/param_names.json  each orbax path beside its HF tensor name and both shapes
+
+Another JAX stack reads export/orbax with Orbax alone: `ocp.StandardCheckpointer().restore(path)` gives a
+nested dict of arrays ({"layers": {"0": {"attn": {"q_proj": {"kernel": [in, out]}}}}, ...}), and
+param_names.json maps each of its paths to the HF name (and says which are transposed), so that stack's own
+names can be matched to either export. The model's config is export/hf/config.json.
 
 LoRA adapters are merged into the weights first (`merge_lora`: W + (alpha / r) A @ B), so the export is a plain
 model of its family. `transformers.AutoModelForCausalLM.from_pretrained("export/hf")` and
@@ -87,7 +93,7 @@ def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: 
     """Write `directory`/hf (Hugging Face layout, LoRA merged) and `directory`/orbax; returns `directory`."""
     from tunix_lite.chat import stop_ids
     from tunix_lite.lora import lora_layers, merge_lora
-    from tunix_lite.weights.hf import save_hf_model
+    from tunix_lite.weights.hf import param_names, save_hf_model
 
     directory = Path(directory)
     merged = merge_lora(model) if lora_layers(model) else model
@@ -100,6 +106,10 @@ def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: 
         {"bos_token_id": tokenizer.bos_id, "eos_token_id": stops, "pad_token_id": tokenizer.pad_id}, indent=1) + "\n")
     if orbax:
         import orbax.checkpoint as ocp
+
+        table = {"config": "hf/config.json", "tied_embeddings": merged.config.tie_embeddings,
+                 "params": param_names(merged)}
+        (tmp / "param_names.json").write_text(json.dumps(table, indent=1) + "\n")
 
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save((tmp / "orbax").absolute(), nnx.to_pure_dict(nnx.state(merged, nnx.Param)))

@@ -249,6 +249,21 @@ def weight_map(c: ModelConfig) -> dict[tuple, tuple[str, Callable]]:
     return table
 
 
+def param_names(model: Transformer) -> list[dict]:
+    """Each parameter's path in export/orbax, its tensor name in export/hf, and both shapes: what another
+    JAX stack needs to read either export without tunix_lite. HF stores a linear as [out, in], ours (and
+    the orbax dict) as [in, out]; everything else has one layout, the same values."""
+    table = weight_map(model.config)
+    rows = []
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        hf_name, transform = table[path]
+        transposed = transform is _transpose
+        rows.append({"orbax": "/".join(map(str, path)), "hf": hf_name, "shape": list(var.shape),
+                     "hf_shape": list(var.shape[::-1] if transposed else var.shape),
+                     "transposed": transposed})
+    return rows
+
+
 _PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
 # tensors a text checkpoint may hold that no config value asks for: a multimodal model's vision parts, old
 # rotary caches, a tied lm_head saved anyway
