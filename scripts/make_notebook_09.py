@@ -45,6 +45,8 @@ import numpy as np
 import yaml
 from IPython.display import Markdown, display
 
+%matplotlib inline
+
 import tunix_lite
 from tunix_lite.pipeline import load_pipeline, plan, run_pipeline
 from tunix_lite.reasoning_eval import pass_at_k, plot_scaling, plot_stages, scaling_table
