@@ -166,8 +166,8 @@ class _Zygote:
                     if not self._alive():
                         self._start()
                     try:
-                        socket.send_fds(self._socket, [config.encode()], [write_end])
-                        return int(self._socket.recv(32)), read_end
+                        socket.send_fds(self._socket, [f"{config}\n".encode()], [write_end])
+                        return self._pid(), read_end
                     except (OSError, ValueError):
                         self.close()
         except BaseException:
@@ -178,12 +178,22 @@ class _Zygote:
         os.close(read_end)
         raise RuntimeError("the sandbox's zygote process failed to start twice")
 
+    def _pid(self) -> int:
+        """The zygote's answer: the child's pid and a newline."""
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = self._socket.recv(32)
+            if not chunk:
+                raise OSError("the zygote closed its end")
+            answer += chunk
+        return int(answer)
+
     def _alive(self) -> bool:
         return (self._process is not None and self._process.poll() is None
                 and self._owner == os.getpid())
 
     def _start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.settimeout(STARTUP)  # a stopped zygote costs one call, not the run
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         with theirs:

@@ -175,21 +175,33 @@ def serve(channel: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and are reaped as they exit
     requests, me = socket.socket(fileno=channel), os.getpid()
     while True:
-        try:
-            path, fds, _, _ = socket.recv_fds(requests, 4096, 1)
-        except OSError:
-            os._exit(0)
-        if not path or len(fds) != 1:  # the trainer is gone
-            os._exit(0)
+        path, fds = _request(requests)
         child = os.fork()
         if child == 0:
             try:
                 requests.close()
-                _call(path.decode(), fds[0], me)
+                _call(path, fds[0], me)
             finally:
                 os._exit(0)
         os.close(fds[0])
-        requests.send(str(child).encode())
+        requests.sendall(f"{child}\n".encode())
+
+
+def _request(requests: socket.socket) -> tuple[str, list[int]]:
+    """One request: a config path ending in a newline, the results pipe attached. Exits when the
+    trainer's end is closed (a stream socket, so that this holds on macOS too)."""
+    data, fds = b"", []
+    while not data.endswith(b"\n"):
+        try:
+            chunk, more, _, _ = socket.recv_fds(requests, 4096, 1)
+        except OSError:
+            os._exit(0)
+        if not chunk:  # the trainer is gone
+            os._exit(0)
+        data, fds = data + chunk, fds + more
+    if len(fds) != 1:
+        os._exit(1)
+    return data.decode().strip(), fds
 
 
 def _call(config_path: str, results: int, zygote: int) -> None:

@@ -1,0 +1,104 @@
+"""scripts/rl_trl_beside.py: TRL's GRPOTrainer (trl 1.16, test-only) on a tunix_lite GRPO config,
+2 steps of the tiny model with LoRA. The two runs train on the same prompt ids (the script checks
+every one, BOS included), both write one history entry per step, and TRL's model, exported with its
+adapters merged, loads in tunix_lite with the logits transformers computes from that directory."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.reference, pytest.mark.slow]
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rl_trl_beside.py"
+TINY_GRPO = {
+    "algorithm": "grpo",
+    "model": "tiny",
+    "train_data": "synthetic",
+    "n_train": 32,
+    "n_validation": 8,
+    "seq_len": 96,
+    "max_prompt_tokens": 72,
+    "max_new_tokens": 16,
+    "group_size": 4,
+    "batch_size": 2,
+    "steps": 2,
+    "learning_rate": 1.0e-4,
+    "warmup_steps": 1,
+    "beta": 0.01,
+    "lora_rank": 4,
+    "lora_alpha": 8,
+    "rewards": ["exact_match", "format"],
+    "eval_every": 0,
+    "n_accuracy": 0,
+    "log_every": 1,
+}
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("rl_trl_beside", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(settings, TRL's output folder, tunix_lite's history) of 2 steps on the same config."""
+    from tunix_lite.rl.grpo import GRPOConfig, run_grpo
+
+    tmp = tmp_path_factory.mktemp("beside")
+    config = tmp / "grpo.yaml"
+    config.write_text(
+        yaml.safe_dump(TINY_GRPO | {"output_dir": str(tmp / "tunix")}), encoding="utf-8"
+    )
+    settings = _script().run(str(config), None, tmp / "trl", None)
+    tunix = run_grpo(GRPOConfig.from_yaml(config), verbose=False)
+    return settings, tmp / "trl", tunix.history
+
+
+def test_trl_reads_the_prompt_ids_tunix_lite_samples_from(runs):
+    settings, out, _ = runs
+    check = settings["prompt_ids_check"]
+    assert check["passed"] and check["first_batch_ids_equal"] and check["prompts_checked"] == 2 * 2
+    assert (
+        check["first_prompt_ids"][0] == check["bos_id"] != check["first_prompt_ids"][1]
+    )  # one BOS, not two
+    assert json.loads((out / "settings.json").read_text())["trl"]["loss_type"] == "grpo"
+
+
+def test_both_histories_have_one_entry_per_step(runs):
+    _, out, tunix_history = runs
+    trl_history = [
+        json.loads(line) for line in (out / "trl_history.jsonl").read_text().splitlines()
+    ]
+    assert [h["step"] for h in trl_history] == [h["step"] for h in tunix_history] == [1, 2]
+    for entry in trl_history + tunix_history:
+        assert {"reward", "reward/exact_match", "reward/format", "kl", "length"} <= set(entry)
+    assert (
+        trl_history[0]["learning_rate"] == 0.0
+    )  # optax's warmup starts at 0, so does the matched schedule
+
+
+def test_trl_model_loads_in_tunix_lite_with_transformers_logits(runs):
+    import jax.numpy as jnp
+
+    import tunix_lite
+
+    _, out, _ = runs
+    model, tokenizer = tunix_lite.load(out / "model")
+    ids = tokenizer.encode("<reasoning>5 + 3 = 8.</reasoning><answer>8</answer>", add_bos=True)
+    ours = np.asarray(model(jnp.asarray([ids])))
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
+        out / "model", dtype=torch.float32
+    ).eval()
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([ids])).logits.numpy()
+    assert np.isfinite(ours).all() and np.abs(ours - theirs).max() <= 1e-4
