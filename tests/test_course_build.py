@@ -81,6 +81,7 @@ def test_stamp_follows_the_configured_repository(tmp_path, monkeypatch):
     path.write_text((ROOT / "notebooks" / path.name).read_text(encoding="utf-8"), encoding="utf-8")
     assert not build.stamp(path, f"notebooks/{path.name}")  # committed notebooks are already stamped
     monkeypatch.setattr(course, "REPO_URL", "https://github.com/someone/fork")
+    monkeypatch.setattr(course, "RELEASED", True)  # a fork's published release: badges and routes
     assert build.stamp(path, f"notebooks/{path.name}")
     text = path.read_text(encoding="utf-8")
     assert f"colab.research.google.com/github/someone/fork/blob/{course.TAG}/notebooks/{path.name}" in text

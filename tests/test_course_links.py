@@ -1,6 +1,7 @@
 """Every badge and relative link in the course points at a file that exists, at the pinned release,
 every notebook starts with the shared setup cell, and every install source a learner sees (badge,
-setup cell, README command) is built from the one setting, course.REPO_URL + course.VERSION."""
+setup cell, README command) is built from the one setting, course.REPO_URL + VERSION + RELEASED:
+before a release no badge, command or setup cell points at PyPI or GitHub: they hold nothing yet."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def test_relative_links_exist(path, text):
 @pytest.mark.parametrize("path, text", DOCS, ids=[str(p.relative_to(ROOT)) for p, _ in DOCS])
 def test_badges_point_at_existing_files_at_the_pinned_tag(path, text):
     repo = course.REPO_URL.removeprefix("https://github.com/")
-    for owner_name, ref, file in BADGE.findall(text):
+    found = BADGE.findall(text)
+    assert course.RELEASED or not found, f"badges for an unpublished release: {found}"
+    for owner_name, ref, file in found:
         assert owner_name == repo, f"badge for {owner_name}, configured repo is {repo}"
         assert ref == course.TAG, f"badge at {ref}, not the pinned tag {course.TAG}"
         assert (ROOT / file).is_file(), f"badge points at missing {file}"
@@ -66,6 +69,8 @@ def _everything(path: Path) -> str:
 @pytest.mark.parametrize("path", MARKDOWN + NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_install_pin_is_the_one_setting(path):
     for m in PINS.finditer(_everything(path)):
+        network = m["version"] or m["repo"]
+        assert course.RELEASED or not network, f"{m[0]}: {course.VERSION} is not published"
         assert m["version"] in (None, course.VERSION), f"{m[0]}: not tunix-lite {course.VERSION}"
         assert m["wheel"] in (None, course.VERSION), f"{m[0]}: not tunix-lite {course.VERSION}"
         if m["repo"]:
@@ -74,6 +79,7 @@ def test_every_install_pin_is_the_one_setting(path):
 
 def test_setup_cell_and_badges_follow_the_setting(monkeypatch):
     assert course.TAG == f"v{course.VERSION}"
+    monkeypatch.setattr(course, "RELEASED", True)
     monkeypatch.setattr(course, "REPO_URL", "https://github.com/someone/fork")
     monkeypatch.setattr(course, "VERSION", "9.8.7")
     monkeypatch.setattr(course, "TAG", "v9.8.7")
@@ -86,9 +92,20 @@ def test_setup_cell_and_badges_follow_the_setting(monkeypatch):
     assert all(glob in text for glob in course.WHEEL_GLOBS) and course.WHEEL_BUILD in text
 
 
+def test_before_a_release_only_the_wheel_route_is_offered(monkeypatch):
+    monkeypatch.setattr(course, "RELEASED", False)
+    text = course.setup_cell() + course.badges("notebooks/x.ipynb")
+    assert [m[0] for m in PINS.finditer(text)] == [] and "https://" not in text
+    assert "PyPI" not in text and "GitHub" not in text
+    assert all(glob in text for glob in course.WHEEL_GLOBS) and course.WHEEL_BUILD in text
+    assert "\n" not in course.badges("notebooks/x.ipynb") and "`notebooks/x.ipynb`" in text
+
+
 def test_readme_documents_the_wheel_build_and_the_jax_range():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"`{course.WHEEL_BUILD}`" in readme or f"\n{course.WHEEL_BUILD}\n" in readme
+    unpublished = f"tunix-lite {course.VERSION} is not published yet" in readme
+    assert unpublished != course.RELEASED, "the README must say whether the release is published"
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     (jax,) = [d for d in deps if d.startswith("jax")]
     assert f"`{jax}`" in readme, f"README must state the supported range {jax}"
@@ -98,7 +115,7 @@ def test_readme_documents_the_wheel_build_and_the_jax_range():
 def test_notebook_has_its_own_badges_and_the_setup_cell(path):
     nb = read(path)
     rel = path.relative_to(ROOT).as_posix()
-    assert course.colab_url(rel) in source(nb["cells"][0]) and course.kaggle_url(rel) in source(nb["cells"][0])
+    assert course.badges(rel) in source(nb["cells"][0]), "run tunix_lite.course.build --stamp"
     first_code = next(source(c) for c in nb["cells"] if c["cell_type"] == "code")
     *body, last = first_code.splitlines()
     assert body == course.setup_cell().splitlines()[:-1], "the first code cell must be course.setup_cell(...)"

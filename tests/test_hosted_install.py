@@ -1,7 +1,10 @@
 """The hosted install, end to end: build the wheel, put it where a Kaggle dataset or a Colab upload
-lands, and run a notebook's real setup cell in a fresh venv on a simulated Colab/Kaggle runtime with
-no network. PyPI and GitHub must fail fast with one line each; the wheel route must install tunix_lite
-from the wheel (not the checkout), and setup() must return a profile.
+lands, and run a notebook's real setup cell, the way a notebook kernel runs it (IPython), in a fresh
+venv on a simulated Colab/Kaggle runtime with no network. Before a release (course.RELEASED False,
+as the notebooks are stamped) the wheel route must install tunix_lite from the wheel (not the
+checkout) without trying PyPI or GitHub, and setup() must return a profile; with no wheel the cell
+must stop with one line, no traceback. The released cell, generated with RELEASED True, must give
+one line per failed route.
 
 The fresh venv has no packages of its own: a .pth adds this environment's site-packages (pip, jax and
 the rest; tunix_lite filtered out), which play a hosted runtime's preinstalled packages, so nothing is
@@ -39,8 +42,10 @@ print("REPORT " + json.dumps({
 
 
 def _offline_env(home: Path, **extra) -> dict[str, str]:
+    # VIRTUAL_ENV too: IPython would add this environment's site-packages (and its tunix_lite)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "PYTHON", "XLA_", "COLAB_", "KAGGLE_", "TPU_", "CI", "TUNIX_LITE_"))}
+           if not k.startswith(("PIP_", "PYTHON", "XLA_", "COLAB_", "KAGGLE_", "TPU_", "CI", "TUNIX_LITE_",
+                                "VIRTUAL_ENV"))}
     return env | {"HOME": str(home), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": UNREACHABLE,
                   "PIP_DISABLE_PIP_VERSION_CHECK": "1", "GIT_ALLOW_PROTOCOL": "file",  # git refuses https
                   "GIT_TERMINAL_PROMPT": "0", "JAX_PLATFORMS": "cpu", "TUNIX_LITE_PROFILE": "ci"} | extra
@@ -81,21 +86,41 @@ def _runtime(root: Path, preinstalled: Path) -> Path:
     return python
 
 
-def _setup_cell(tmp_path: Path) -> str:
-    """The notebook's own setup cell, with /kaggle and /content moved under tmp_path."""
+def _setup_cell(tmp_path: Path, released: bool = False) -> str:
+    """The setup cell (the notebook's own before a release, else the generated released one), with
+    /kaggle and /content moved under tmp_path."""
     cell = next(source(c) for c in read(NOTEBOOK)["cells"] if c["cell_type"] == "code")
     assert cell.splitlines()[:-1] == course.setup_cell().splitlines()[:-1]
+    if released:
+        profile_line = cell.splitlines()[-1]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(course, "RELEASED", True)
+            cell = "\n".join([*course.setup_cell().splitlines()[:-1], profile_line])
     for top in ("/kaggle/", "/content/"):
         assert f"'{top}" in cell
         cell = cell.replace(f"'{top}", f"'{tmp_path}{top}")
     return cell
 
 
+# Run a cell as a notebook kernel does: IPython shows an exception's _render_traceback_, as Jupyter does.
+IN_IPYTHON = ("import sys; from IPython.core.interactiveshell import InteractiveShell; "
+              "cell = open(sys.argv[1]).read(); "
+              "sys.exit(0 if InteractiveShell.instance().run_cell(cell).success else 1)")
+
+
 def _run(cell: str, tmp_path: Path, preinstalled: Path, **env) -> subprocess.CompletedProcess:
     work = tmp_path / "working"  # not a clone: no tunix_lite/ beside it
     work.mkdir()
-    return subprocess.run([_runtime(tmp_path, preinstalled), "-c", cell], cwd=work, capture_output=True, text=True,
-                          timeout=240, env=_offline_env(tmp_path, **env))
+    (tmp_path / "cell.py").write_text(cell)
+    return subprocess.run([_runtime(tmp_path, preinstalled), "-c", IN_IPYTHON, tmp_path / "cell.py"],
+                          cwd=work, capture_output=True, text=True, timeout=240,
+                          env=_offline_env(tmp_path, **env))
+
+
+def _attach(tmp_path: Path, file: Path, upload: str) -> Path:
+    """`file`, where a Kaggle dataset or a Colab upload puts it."""
+    (tmp_path / upload.lstrip("/")).mkdir(parents=True)
+    return Path(shutil.copy(file, tmp_path / upload.lstrip("/")))
 
 
 @pytest.mark.parametrize("runtime, env, upload", [
@@ -103,26 +128,40 @@ def _run(cell: str, tmp_path: Path, preinstalled: Path, **env) -> subprocess.Com
     ("colab", {"COLAB_RELEASE_TAG": "release-colab-simulated"}, "/content"),
 ])
 def test_setup_cell_installs_the_uploaded_wheel_offline(tmp_path, wheel, preinstalled, runtime, env, upload):
-    (tmp_path / upload.lstrip("/")).mkdir(parents=True)
-    uploaded = shutil.copy(wheel, tmp_path / upload.lstrip("/"))
-    r = _run(_setup_cell(tmp_path) + REPORT, tmp_path, preinstalled, **env)
+    uploaded = _attach(tmp_path, wheel, upload)
+    cell = _setup_cell(tmp_path)
+    assert "PyPI" not in cell and "git+" not in cell  # no network route before a release
+    r = _run(cell + REPORT, tmp_path, preinstalled, **env)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    failed = [line for line in lines if " failed (" in line]
-    assert [line.split(" failed")[0] for line in failed] == ["tunix-lite from PyPI", "tunix-lite from GitHub"], r.stdout
-    assert all("; trying" in line for line in failed), failed  # each says what happens next
+    assert not [line for line in lines if " failed (" in line], r.stdout
     assert f"installed tunix-lite from uploaded wheel: {uploaded}" in lines
     report = json.loads(next(line for line in lines if line.startswith("REPORT "))[len("REPORT "):])
     assert report["module"].startswith(str(tmp_path / "venv")), report  # the wheel's copy, not the checkout
-    assert report["direct_url"]["url"] == Path(uploaded).as_uri()
+    assert report["direct_url"]["url"] == uploaded.as_uri()
     assert report["profile"] == {"name": "ci", "platform": runtime,
                                  "mesh_shape": {"data": 1, "fsdp": 1, "tensor": 1}}
 
 
-def test_setup_cell_without_a_wheel_says_what_to_do(tmp_path, preinstalled):
+def test_setup_cell_without_a_wheel_says_what_to_do_in_one_line(tmp_path, preinstalled):
     r = _run(_setup_cell(tmp_path), tmp_path, preinstalled, KAGGLE_KERNEL_RUN_TYPE="Batch")
-    assert r.returncode != 0 and "RuntimeError: tunix-lite is not installed: see the lines above" in r.stderr
-    failed = [line for line in r.stdout.splitlines() if " failed (" in line]
-    assert len(failed) == 3, r.stdout
-    assert failed[-1].startswith("tunix-lite from uploaded wheel failed (no file matches")
-    assert "turn the internet on" in failed[-1] and course.WHEEL_BUILD in failed[-1]
+    assert r.returncode != 0
+    assert r.stdout.splitlines() == [f"tunix-lite {course.VERSION} is not published yet: "
+                                     f"{course.wheel_instructions()}"], r.stdout
+    assert "Traceback" not in r.stdout + r.stderr and course.WHEEL_BUILD in r.stdout
+
+
+def test_released_setup_cell_gives_one_line_per_failed_route(tmp_path, preinstalled, monkeypatch):
+    """A broken wheel, then PyPI and GitHub offline: each says why it failed and what comes next."""
+    broken = tmp_path / f"tunix_lite-{course.VERSION}-py3-none-any.whl"
+    broken.write_text("not a zip file")
+    _attach(tmp_path, broken, "/content")
+    r = _run(_setup_cell(tmp_path, released=True), tmp_path, preinstalled,
+             COLAB_RELEASE_TAG="release-colab-simulated")
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split(" failed (")[0] for line in lines] == [
+        "tunix-lite from uploaded wheel", "tunix-lite from PyPI", "tunix-lite from GitHub"], r.stdout
+    assert lines[0].endswith("; trying PyPI next") and lines[1].endswith("; trying GitHub next")
+    monkeypatch.setattr(course, "RELEASED", True)
+    assert lines[2].endswith(f"; {course.wheel_instructions()}"), lines[2]  # the last says what to do

@@ -1,21 +1,30 @@
 """The course harness: notebook setup, exercise build, graded tests and the grader.
 
-The install source is one setting, REPO_URL + VERSION below: every badge, every notebook's setup cell
-and setup()'s dependency install are built from it, so a fork or a release changes one place
-(`python -m tunix_lite.course.build --stamp` rewrites the notebooks; tests/test_course_links.py checks).
-This module imports nothing heavy: `tunix_lite.course.setup` must run before jax is imported.
+The install source is one setting, REPO_URL + VERSION + RELEASED below: every badge, every
+notebook's setup cell and setup()'s dependency install are built from it, so a fork or a release
+changes one place (`python -m tunix_lite.course.build --stamp` rewrites the notebooks;
+tests/test_course_links.py checks). This module imports nothing heavy: `tunix_lite.course.setup`
+must run before jax is imported.
 """
 
 from __future__ import annotations
 
-REPO_URL = "https://github.com/tunix-lite/tunix-lite"  # where the badges and the Colab/Kaggle install point
-VERSION = "0.1.0"  # the release the notebooks install: tunix-lite=={VERSION} or tag v{VERSION}, never a branch head
+import re
+import string
+
+REPO_URL = "https://github.com/tunix-lite/tunix-lite"  # where badges and the hosted install point
+VERSION = "0.1.0"  # the release the notebooks install: tunix-lite=={VERSION} or tag v{VERSION}
+# True once tunix-lite VERSION is on PyPI and tag vVERSION is on GitHub. Until then those routes
+# and the Open-in-Colab/Kaggle badges would point at nothing: the notebooks offer the wheel alone.
+RELEASED = False
 
 PACKAGE = "tunix-lite"
 TAG = f"v{VERSION}"
-# Where a learner's uploaded wheel lands: a Kaggle dataset attached to the notebook, or a Colab upload.
+# Where a learner's wheel lands: a Kaggle dataset attached to the notebook, or a Colab upload.
 WHEEL_GLOBS = ("/kaggle/input/**/tunix_lite-*.whl", "/content/tunix_lite-*.whl")
-WHEEL_BUILD = "pip wheel --no-deps -w dist ."  # in a clone at TAG: dist/tunix_lite-{VERSION}-py3-none-any.whl
+WHEEL_BUILD = "pip wheel --no-deps -w dist ."  # writes dist/tunix_lite-{VERSION}-py3-none-any.whl
+# Starts the line that stands in for the badges before a release; the stamp finds it by this prefix.
+OPEN_BY_UPLOAD = "**Colab / Kaggle:**"
 
 
 def _github_path() -> str:
@@ -33,59 +42,102 @@ def kaggle_url(path: str) -> str:
 
 
 def badges(path: str) -> str:
-    """Markdown for the 'Open in Colab' and 'Open in Kaggle' badges of a notebook."""
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)}) "
-            f"[![Open In Kaggle](https://kaggle.com/static/images/open-in-kaggle.svg)]({kaggle_url(path)})")
+    """Markdown that tells how to open a notebook on Colab or Kaggle: the 'Open in Colab' and
+    'Open in Kaggle' badges once released; before that, one line: upload it and attach the wheel."""
+    if not RELEASED:
+        return (f"{OPEN_BY_UPLOAD} tunix-lite {VERSION} is not published yet: upload `{path}` to "
+                f"Colab or Kaggle, attach the wheel (`{WHEEL_BUILD}` in a checkout) as a Kaggle "
+                "dataset or in Colab's Files pane, and run the first code cell.")
+    colab = "https://colab.research.google.com/assets/colab-badge.svg"
+    kaggle = "https://kaggle.com/static/images/open-in-kaggle.svg"
+    return (f"[![Open In Colab]({colab})]({colab_url(path)}) "
+            f"[![Open In Kaggle]({kaggle})]({kaggle_url(path)})")
 
 
-def install_routes() -> list[tuple[str, str, str]]:
-    """(where from, pip spec, what happens if it fails) for the routes that need the internet, in the
-    order the setup cell tries them; it tries an uploaded wheel last."""
-    return [
-        ("PyPI", f"{PACKAGE}=={VERSION}", "trying GitHub next"),
-        ("GitHub", f"{PACKAGE} @ git+{REPO_URL}@{TAG}", "trying an uploaded wheel next"),
-    ]
+def install_routes() -> list[tuple[str, str]]:
+    """(where from, pip spec) for the routes that need the internet, in the order the setup cell
+    tries them after an attached wheel; none before a release, when they could only fail."""
+    if not RELEASED:
+        return []
+    return [("PyPI", f"{PACKAGE}=={VERSION}"), ("GitHub", f"{PACKAGE} @ git+{REPO_URL}@{TAG}")]
+
+
+def wheel_instructions() -> str:
+    """What a learner does when no route worked."""
+    if RELEASED:
+        build = f"turn the internet on, or build the wheel in a clone at {TAG}"
+    else:  # there is no tag to clone yet
+        build = "build the wheel in a checkout of the source"
+    return (f"{build} ({WHEEL_BUILD}), attach it to Kaggle as a dataset or upload it to Colab's "
+            "Files pane, and rerun this cell")
+
+
+def _string(name: str, text: str, indent: str) -> list[str]:
+    """`name = (text)` as source lines of at most 100 columns (implicit concatenation), broken only
+    after a comma so that a command in `text` stays whole."""
+    first = f"{indent}{name} = ("
+    chunks = [""]
+    for phrase in re.split(r"(?<=, )", text):
+        if chunks[-1] and len(first) + len(chunks[-1] + phrase) > 97:  # room for quotes and ')'
+            chunks.append("")
+        chunks[-1] += phrase
+    lines = [" " * len(first) + repr(chunk) for chunk in chunks]
+    lines[0] = first + lines[0].lstrip()
+    lines[-1] += ")"
+    return lines
+
+
+def _route_lines() -> str:
+    """The setup cell's lines listing the routes to try, given `wheel` (None if none attached)."""
+    routes = install_routes()
+    if not routes:  # without a wheel there is nothing to try: say so in one line and stop
+        stop = f"{PACKAGE} {VERSION} is not published yet: "
+        return (f"        if wheel is None:\n            raise NotInstalled({stop!r} + fix)\n"
+                "        routes = [('uploaded wheel', wheel)]")
+    wheel_first = "        routes = [('uploaded wheel', wheel)] if wheel else []  # no network"
+    return "\n".join([wheel_first, *(f"        routes.append({route!r})" for route in routes)])
+
+
+# Each notebook's first code cell; $-names are filled in by setup_cell().
+_SETUP_CELL = string.Template("""\
+# Setup: run this cell first (Colab, Kaggle or a laptop). It installs nothing on a laptop clone.
+import glob, importlib, importlib.util, pathlib, subprocess, sys
+if importlib.util.find_spec("tunix_lite") is None:
+    if (pathlib.Path.cwd().parent / "tunix_lite").is_dir():  # a clone of the repository
+        sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    else:  # Colab / Kaggle: $package $version alone; setup() adds the dependencies
+        class NotInstalled(Exception):  # Jupyter shows this one line, not a traceback
+            def _render_traceback_(self):
+                return [str(self)]
+$fix
+        uploads = $uploads
+        wheel = max((w for g in uploads for w in glob.glob(g, recursive=True)), default=None)
+$routes
+        for n, (where, spec) in enumerate(routes, 1):
+            pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                                  "--retries", "1", spec], capture_output=True, text=True)
+            if pip.returncode == 0:
+                print(f"installed $package from {where}: {spec}")
+                break
+            error = (pip.stderr.strip() or "pip failed").splitlines()[-1]
+            if n == len(routes):  # the last route: stop, saying what to do
+                raise NotInstalled(f"$package from {where} failed ({error}); {fix}")
+            print(f"$package from {where} failed ({error}); trying {routes[n][0]} next")
+        importlib.invalidate_caches()
+from tunix_lite.course.setup import setup
+profile = setup($args)""")
 
 
 def setup_cell(*args: str) -> str:
-    """Source of every notebook's first code cell; `args` are setup()'s arguments, e.g. 'extras=["gemma"]'.
+    """Source of every notebook's first code cell; `args` are setup()'s arguments, e.g.
+    'extras=["gemma"]'.
 
     It must work before tunix_lite is installed: in a clone it uses the checkout; on Colab/Kaggle it
-    installs the package alone (no dependencies) by the first route that works, printing one line per
-    route that fails; setup() then installs the dependencies this runtime lacks (keeping an accelerator
-    jax that is in range) and sets fake devices before jax starts.
+    installs the package alone (no dependencies) from an attached wheel, then (once released) from
+    PyPI, then GitHub, printing one line per route that fails; the last failure stops the cell with
+    one line, not a traceback. setup() then installs the dependencies this runtime lacks (keeping an
+    accelerator jax that is in range) and sets fake devices before jax starts.
     """
-    pypi, github = install_routes()
-    no_upload = (f"turn the internet on, or build the wheel in a clone at {TAG} ({WHEEL_BUILD}), upload it to Colab "
-                 "or attach it to Kaggle as a dataset, and rerun this cell")
-    return "\n".join([
-        "# Setup: run this cell first (Colab, Kaggle or a laptop). It installs nothing on a laptop clone.",
-        "import glob, importlib, importlib.util, pathlib, subprocess, sys",
-        "if importlib.util.find_spec(\"tunix_lite\") is None:",
-        "    if (pathlib.Path.cwd().parent / \"tunix_lite\").is_dir():  # a clone of the repository",
-        "        sys.path.insert(0, str(pathlib.Path.cwd().parent))",
-        f"    else:  # Colab / Kaggle: {PACKAGE} {VERSION} alone, by the first route that works; setup() adds the rest",
-        f"        uploads = {list(WHEEL_GLOBS)!r}",
-        "        wheel = max((w for g in uploads for w in glob.glob(g, recursive=True)), default=None)",
-        f"        routes = [{pypi!r},",
-        f"                  {github!r},",
-        f"                  ('uploaded wheel', wheel, {no_upload!r})]",
-        "        for where, spec, otherwise in routes:",
-        "            if spec is None:",
-        f"                print(f\"{PACKAGE} from {{where}} failed (no file matches {{' or '.join(uploads)}}); "
-        "{otherwise}\")",
-        "                continue",
-        "            pip = subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", \"--no-deps\", "
-        "\"--retries\", \"1\", spec],",
-        "                                 capture_output=True, text=True)",
-        "            if pip.returncode == 0:",
-        f"                print(f\"installed {PACKAGE} from {{where}}: {{spec}}\")",
-        "                break",
-        "            error = (pip.stderr.strip() or \"pip failed\").splitlines()[-1]",
-        f"            print(f\"{PACKAGE} from {{where}} failed ({{error}}); {{otherwise}}\")",
-        "        else:",
-        f"            raise RuntimeError(\"{PACKAGE} is not installed: see the lines above\")",
-        "        importlib.invalidate_caches()",
-        "from tunix_lite.course.setup import setup",
-        f"profile = setup({', '.join(args)})",
-    ])
+    return _SETUP_CELL.substitute(package=PACKAGE, version=VERSION, uploads=repr(list(WHEEL_GLOBS)),
+                                  fix="\n".join(_string("fix", wheel_instructions(), " " * 8)),
+                                  routes=_route_lines(), args=", ".join(args))

@@ -8,7 +8,8 @@ dropped, so the output bytes depend only on the solution's source.
 
     python -m tunix_lite.course.build            # write exercises/
     python -m tunix_lite.course.build --check    # exit 1 if exercises/ differs from a fresh build
-    python -m tunix_lite.course.build --stamp    # first rewrite badges and setup cells from REPO_URL/VERSION
+    python -m tunix_lite.course.build --stamp    # first rewrite badges and setup cells from
+                                                 # REPO_URL/VERSION/RELEASED
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ NOTEBOOK_METADATA = {
     "language_info": {"name": "python"},
 }
 _DEF = re.compile(r"^(\s*)def\s+(\w+)\s*\(")
-_BADGES = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\) \[!\[Open In Kaggle\]\([^)]*\)\]\([^)]*\)")
+# What course.badges() wrote, released (the two badges) or not (one line), so a stamp can flip it.
+_BADGES = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\) "
+                     r"\[!\[Open In Kaggle\]\([^)]*\)\]\([^)]*\)"
+                     rf"|{re.escape(course.OPEN_BY_UPLOAD)}[^\n]*")
 
 
 def stub(name: str) -> str:
@@ -130,7 +134,8 @@ def build(solutions: Path, exercises: Path) -> dict[Path, str]:
 
 
 def stamp(path: Path, rel: str) -> bool:
-    """Rewrite a notebook's badges and setup cell from REPO_URL / VERSION; True if the file changed."""
+    """Rewrite a notebook's badges and setup cell from REPO_URL / VERSION / RELEASED; True if the
+    file changed."""
     nb = read(path)
     setup = course.setup_cell().splitlines()[:-1]  # keep each notebook's own `profile = setup(...)` line
     first_code = True

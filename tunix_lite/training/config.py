@@ -33,8 +33,13 @@ from typing import Any, ClassVar, Literal, get_args, get_origin
 import yaml
 
 from tunix_lite.data import reasoning_gym
+from tunix_lite.training.metrics_log import Tracker, missing_package
 
 RESUME_RULES = ("same", "free", "grow")  # must not change | may change | may only grow
+
+
+# keys that older configs use, and what replaced them: named in the one-line error
+RENAMED = {"tensorboard": "report_to: [tensorboard]"}
 
 
 class ConfigError(ValueError):
@@ -127,8 +132,11 @@ class RunOptions:
     eval_every: int = option(50, "evaluate every N steps (0: only before and after training)", ge=0, resume="free")
     log_every: int = option(10, "bring metrics to the host (progress bar, metrics.jsonl) every N steps", ge=1,
                             resume="free")
-    tensorboard: bool = option(False, "also log to output_dir/tensorboard (needs the [tensorboard] extra)",
-                               resume="free")
+    report_to: list[Tracker] = option(
+        [], "experiment trackers that also get each step's metrics (metrics.jsonl always "
+            "does): tensorboard (output_dir/tensorboard), trackio (local, offline; `trackio "
+            "show`), wandb (WANDB_MODE=offline to stay local); each needs the extra of its name",
+        resume="free")
     max_minutes: float | None = option(None, "wall-clock budget: then checkpoint and stop cleanly; rerunning the "
                                              "same command continues (null: no limit)", gt=0, resume="free")
 
@@ -241,6 +249,8 @@ class ConfigBase:
             key = unknown[0]
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(fields)}"
+            if key in RENAMED:
+                hint = f"; it became {RENAMED[key]}"
             raise ConfigError(f"{key}: not a {cls.algorithm} config key{hint}")
         return cls(**values)  # __post_init__ checks every value
 
@@ -276,12 +286,23 @@ class ConfigBase:
         if self.warmup_steps >= self.steps:
             raise ConfigError(f"warmup_steps: {self.warmup_steps} must be less than steps={self.steps}")
         self._check_reasoning_gym()
+        self._check_report_to()
         if self.template is not None:
             from tunix_lite.chat import TEMPLATES
 
             if self.template not in TEMPLATES:
                 raise ConfigError(f"template: {self.template!r} is not supported; choose one of "
                                   f"{', '.join(TEMPLATES)} (or null: the model family's)")
+
+    def _check_report_to(self) -> None:
+        """Each tracker once, its package installed: checked here, so a missing one stops before any
+        compute rather than when the run opens its loggers."""
+        for i, tracker in enumerate(self.report_to):
+            if tracker in self.report_to[:i]:
+                raise ConfigError(f"report_to: {tracker!r} is listed twice")
+            problem = missing_package(tracker)
+            if problem:
+                raise ConfigError(f"report_to: {problem}")
 
     def _check_reasoning_gym(self) -> None:
         """A reasoning_gym data spec is parsed here, so a bad one stops before any compute; the

@@ -271,6 +271,8 @@ class Run:
         finally:
             if checkpoints is not None:
                 checkpoints.close()
+            for log in loggers:
+                log.close()
         history = trainer.history
         if trainer.steps_done < config.steps and self.deadline is not None and time.monotonic() >= self.deadline:
             self.say(f"time budget (max_minutes) used up at step {trainer.steps_done} of {config.steps}; "
@@ -358,14 +360,16 @@ class Run:
         return checkpoints
 
     def _open_loggers(self) -> list:
-        """metrics.jsonl (less the lines after the resumed step) and TensorBoard, on process 0."""
-        from tunix_lite.training.metrics_log import JsonlLogger, TensorBoardLogger
+        """metrics.jsonl (less the lines after the resumed step) and the trackers report_to names,
+        on process 0."""
+        from tunix_lite.training.metrics_log import JsonlLogger, open_tracker
 
         if not sharding.is_main_process():
             return []
         metrics = JsonlLogger(self.out / "metrics.jsonl", keep_through=self.resume_from)
-        tensorboard = self.config.tensorboard
-        return [metrics] + ([TensorBoardLogger(self.out / "tensorboard")] if tensorboard else [])
+        config = self.config.to_dict()
+        return [metrics] + [open_tracker(tracker, self.out, config, resumed=bool(self.resume_from))
+                            for tracker in self.config.report_to]
 
     def export(self, model, tokenizer, before: dict, after: dict) -> None:
         """Write the trained model (or its adapters) and scores.json into output_dir, each atomically. `train`

@@ -4,6 +4,8 @@ Each a step past the lesson: masked log-probs with empty rows, DPO with label sm
 per-completion means, ORPO's odds without overflow, an accuracy that scores ties fairly and adds up across
 batches. References are numpy in float64; the learner's float32 results must match to ~1e-5 relative. Shapes:
 B pairs, T tokens, V vocabulary. Every input comes from `rng`, drawn afresh per grading run.
+Then a skill, graded on behaviour: preference pairs built from scored samples, against a reference and the rules
+the exercise states (scores on a grid of quarters, so that margins compare exactly).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ __all__ = [
     "test_ipo_loss_matches_numpy", "test_ipo_loss_minimum_at_the_target",
     "test_orpo_log_odds_ratio_matches_float64", "test_orpo_log_odds_ratio_stable_near_certainty",
     "test_preference_accuracy_matches_reference", "test_preference_accuracy_combines_batches_exactly",
+    "test_pairs_from_scored_matches_reference", "test_pairs_from_scored_stays_within_a_prompt",
+    "test_pairs_from_scored_ties_duplicates_and_lone_samples",
+    "test_pairs_from_scored_follows_first_appearance",
 ]
 
 HINTS = {
@@ -71,6 +76,21 @@ HINTS = {
         "m = beta * ((p[:, 0] - r[:, 0]) - (p[:, 1] - r[:, 1])); s = jnp.where(m > 0, 1.0, jnp.where(m == 0, 0.5, "
         "0.0)); n = valid.sum(); return (s * valid).sum() / jnp.where(n > 0, n, 1.0), n",
     ],
+    "pairs_from_scored": [
+        "Group the samples by prompt, keeping the order in which prompts first appear. Within a "
+        "group, the chosen side is the best score and the rejected side the worst among the "
+        "other texts; ties go to the earlier sample. Emit a pair only when the gap reaches the "
+        "margin.",
+        "A dict of lists, groups.setdefault(prompt, []).append(sample), keeps insertion order. "
+        "max(group, key=score) and min(..., key=score) return the first of equal scores. Filter "
+        "the group to completions != best['completion'] before min; skip the prompt if none is "
+        "left or best - worst < margin.",
+        "for prompt, group in groups.items(): best = max(group, key=lambda s: s['score']); "
+        "others = [s for s in group if s['completion'] != best['completion']]; if not others: "
+        "continue; worst = min(others, key=lambda s: s['score']); if best['score'] - "
+        "worst['score'] >= margin: pairs.append({'prompt': prompt, 'chosen': "
+        "best['completion'], 'rejected': worst['completion']})",
+    ],
 }
 
 FORBIDDEN = {  # the library's own preference losses and scoring, and one-call log-prob shortcuts
@@ -80,6 +100,7 @@ FORBIDDEN = {  # the library's own preference losses and scoring, and one-call l
     "ipo_loss": ("tunix_lite.preference",),
     "orpo_log_odds_ratio": ("tunix_lite.preference",),
     "preference_accuracy": ("tunix_lite.preference",),
+    "pairs_from_scored": ("tunix_lite.preference",),
 }
 
 
@@ -316,3 +337,115 @@ def test_preference_accuracy_combines_batches_exactly(impl, rng):
              for s in (slice(0, 5), slice(5, None))]
     combined = sum(float(a) * float(n) for a, n in parts) / sum(float(n) for _, n in parts)
     _close(combined, float(whole), "accuracy * count adds up across batches")
+
+
+# ----------------------------------------------------------- preference pairs from scored samples
+
+
+def _pairs_from_scored_ref(samples, margin):
+    groups = {}
+    for sample in samples:
+        groups.setdefault(sample["prompt"], []).append(sample)
+    pairs = []
+    for prompt, group in groups.items():
+        best = max(group, key=lambda s: s["score"])
+        others = [s for s in group if s["completion"] != best["completion"]]
+        if not others:
+            continue
+        worst = min(others, key=lambda s: s["score"])
+        if best["score"] - worst["score"] >= margin:
+            pairs.append({"prompt": prompt, "chosen": best["completion"],
+                          "rejected": worst["completion"]})
+    return pairs
+
+
+def _sample(prompt: str, completion: str, score: float) -> dict:
+    return {"prompt": prompt, "completion": completion, "score": score}
+
+
+def _scored_samples(rng, num_prompts: int) -> list[dict]:
+    """Several prompts with 1-6 samples each, scores on a grid of quarters (ties are common), some
+    texts repeated, shuffled."""
+    samples = []
+    for p in range(num_prompts):
+        prompt = f"prompt {p}: {int(rng.integers(1000))} + {int(rng.integers(1000))} ="
+        for _ in range(int(rng.integers(1, 7))):
+            text = f"answer {int(rng.integers(0, 5))}"
+            samples.append(_sample(prompt, text, float(rng.integers(0, 5)) / 4))
+    return [samples[i] for i in rng.permutation(len(samples))]
+
+
+def _built_pairs(impl, samples, margin):
+    out = impl.pairs_from_scored([dict(s) for s in samples], margin)
+    assert isinstance(out, list), f"return a list of pairs, got {type(out).__name__}"
+    return out
+
+
+@graded("pairs_from_scored", reference=True)
+def test_pairs_from_scored_matches_reference(impl, rng):
+    """the same pairs, in the same order, as a reference, on shuffled samples of several prompts
+    with ties and repeated texts, for several margins"""
+    for margin in (0.25, 0.5, float(rng.integers(1, 5)) / 4):
+        samples = _scored_samples(rng, int(rng.integers(3, 8)))
+        got, want = _built_pairs(impl, samples, margin), _pairs_from_scored_ref(samples, margin)
+        assert got == want, f"margin {margin}, samples {samples}: expected {want}, got {got}"
+
+
+def _scores_by_text(samples) -> dict:
+    return {(s["prompt"], s["completion"]): s["score"] for s in samples}
+
+
+@graded("pairs_from_scored")
+def test_pairs_from_scored_stays_within_a_prompt(impl, rng):
+    """a prompt's pair uses only its own completions (never the best of another prompt), its
+    score gap is at least the margin, and a gap exactly equal to the margin makes a pair"""
+    margin = float(rng.integers(1, 4)) / 4
+    low, high = float(rng.integers(0, 4)) / 4, 2.0 + float(rng.integers(0, 4)) / 4
+    samples = [_sample("easy", "easy right", high + margin), _sample("easy", "easy wrong", high),
+               _sample("hard", "hard right", low + margin), _sample("hard", "hard wrong", low),
+               _sample("close", "close right", low + margin / 2), _sample("close", "close wrong", low)]
+    samples = [samples[i] for i in rng.permutation(len(samples))]
+    got = _built_pairs(impl, samples, margin)
+    scores = _scores_by_text(samples)
+    for pair in got:
+        prompt = pair["prompt"]
+        assert (prompt, pair["chosen"]) in scores and (prompt, pair["rejected"]) in scores, (
+            f"pair {pair}: chosen and rejected must both be completions of its own prompt")
+        gap = scores[prompt, pair["chosen"]] - scores[prompt, pair["rejected"]]
+        assert gap >= margin, f"pair {pair}: score gap {gap} is below the margin {margin}"
+    paired = sorted(pair["prompt"] for pair in got)
+    assert paired == ["easy", "hard"], (
+        f"margin {margin}: gaps equal to the margin make a pair, a smaller gap none; "
+        f"expected pairs for easy and hard, got {paired}")
+
+
+@graded("pairs_from_scored")
+def test_pairs_from_scored_ties_duplicates_and_lone_samples(impl, rng):
+    """equal scores go to the first sample (chosen and rejected alike); the chosen text is never
+    the rejected one; a prompt with one sample, one text or equal scores gives no pair"""
+    top, bottom = 1.0 + float(rng.integers(0, 4)) / 4, float(rng.integers(0, 4)) / 4
+    samples = [_sample("ties", "first best", top), _sample("ties", "first worst", bottom),
+               _sample("ties", "middle", (top + bottom) / 2), _sample("ties", "second best", top),
+               _sample("ties", "second worst", bottom),
+               _sample("repeat", "same text", top), _sample("repeat", "same text", bottom),
+               _sample("repeat", "other text", top - 0.25),
+               _sample("alone", "only one", top),
+               _sample("one text", "again", top), _sample("one text", "again", bottom),
+               _sample("flat", "flat a", top), _sample("flat", "flat b", top)]
+    got = _built_pairs(impl, samples, 0.25)
+    want = [{"prompt": "ties", "chosen": "first best", "rejected": "first worst"},
+            {"prompt": "repeat", "chosen": "same text", "rejected": "other text"}]
+    assert got == want, (f"expected {want} (ties: the first sample; the rejected text differs "
+                         f"from the chosen one; no pair for alone, one text, flat), got {got}")
+
+
+@graded("pairs_from_scored")
+def test_pairs_from_scored_follows_first_appearance(impl, rng):
+    """pairs come in the order in which their prompts first appear in the samples; no samples give
+    no pairs"""
+    samples = _scored_samples(rng, 6)
+    samples += [_sample(s["prompt"], "a late best", 5.0) for s in samples[:2]]
+    order = list(dict.fromkeys(s["prompt"] for s in samples))
+    got = [pair["prompt"] for pair in _built_pairs(impl, samples, 0.25)]
+    assert got == [p for p in order if p in got], f"prompts in order {order}, pairs in {got}"
+    assert _built_pairs(impl, [], 0.25) == [], "no samples: no pairs"

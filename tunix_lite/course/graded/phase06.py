@@ -1,6 +1,7 @@
 """Graded tests for phase 6 (solutions/06_rl_exercises.ipynb): the arithmetic of policy-gradient RL, one step past
 the lesson each time: ragged groups, dual clipping, an off-policy KL estimate, GAE over several episodes per row,
-and loss aggregation over packed rows.
+and loss aggregation over packed rows. Then a skill: a verifiable reward that the hacks a policy finds do not
+fool, graded on behaviour (honest completions against a reference, then each hack, which must score 0).
 
 References are numpy in float64 (or a closed form); the learner's float32 results must match to ~1e-5 relative.
 Shapes: R completions, B rows, T positions.
@@ -21,7 +22,10 @@ __all__ = [
     "test_kl_off_policy_expectation_is_the_exact_kl", "test_gae_with_dones_matches_numpy",
     "test_gae_with_dones_keeps_episodes_apart", "test_gae_with_dones_limits",
     "test_packed_aggregate_matches_numpy", "test_packed_aggregate_equals_the_unpacked_rows",
-    "test_packed_aggregate_counts_make_micro_batches_exact",
+    "test_packed_aggregate_counts_make_micro_batches_exact", "test_reward_answer_matches_reference",
+    "test_reward_answer_rejects_extra_and_broken_tags",
+    "test_reward_answer_rejects_answers_outside_one_exact_tag",
+    "test_reward_answer_compares_text_not_numbers", "test_reward_answer_one_float_per_completion",
 ]
 
 HINTS = {
@@ -76,6 +80,20 @@ HINTS = {
         "jnp.maximum(lengths, 1) (or / max_tokens); return jnp.sum(jnp.where(present, per, 0)) / "
         "jnp.maximum(present.sum(), 1), present.sum()",
     ],
+    "reward_answer": [
+        "Pay only for what you can verify: one answer, clearly marked, equal to the reference as "
+        "text. Every way a completion can hedge (several tags, several answers in one tag, more "
+        "text after the tag) or look right without being right (a number that parses to the "
+        "reference) must earn nothing.",
+        "Per completion: str.count('<answer>') and str.count('</answer>') must both be 1; "
+        "str.partition on '<answer>', then on '</answer>', gives the inside and what follows; the "
+        "closing tag must be found, what follows must strip to '', and inside.strip() must equal "
+        "reference.strip() as a string (no int() or float(): int('４') is 4).",
+        "def score(text, ref): if text.count(OPEN) != 1 or text.count(CLOSE) != 1: return 0.0; "
+        "inside, closed, after = text.partition(OPEN)[2].partition(CLOSE); return "
+        "float(bool(closed) and not after.strip() and inside.strip() == ref.strip()); "
+        "return [score(c, r) for c, r in zip(completions, answer, strict=True)]",
+    ],
 }
 
 FORBIDDEN = {  # the library's estimators, surrogates and aggregations
@@ -84,6 +102,11 @@ FORBIDDEN = {  # the library's estimators, surrogates and aggregations
     "kl_k3_off_policy": ("tunix_lite.rl",),
     "gae_with_dones": ("tunix_lite.rl",),
     "packed_aggregate": ("tunix_lite.rl",),
+    "reward_answer": ("tunix_lite.rl", "tunix_lite.verifiers", "tunix_lite.preference.evaluation",
+                      "tunix_lite.data.synthetic.answer_of",
+                      "tunix_lite.data.synthetic.reward_exact_match",
+                      "tunix_lite.data.synthetic.reward_format",
+                      "tunix_lite.data.synthetic.reward_reasoning_format"),
 }
 
 
@@ -398,3 +421,155 @@ def test_packed_aggregate_counts_make_micro_batches_exact(impl, rng):
         parts = [_aggregate(impl, per_token[s], ids[s], num_sequences, mode) for s in (slice(0, 2), slice(2, 6))]
         combined = sum(loss * count for loss, count in parts) / sum(count for _, count in parts)
         np.testing.assert_allclose(combined, whole, rtol=1e-5, err_msg=f"{mode}: count-weighted halves")
+
+
+# ------------------------------------------------------------------ 6. a reward that resists hacks
+
+OPEN, CLOSE = "<answer>", "</answer>"
+WORDS = ("blue", "woof", "Velo", "apples", "seven", "moo", "green", "Pika")
+FILLER = ("so", "we", "add", "the", "two", "numbers", "and", "count", "then", "check", "it")
+
+
+def _reward_ref(completion: str, reference: str) -> float:
+    if completion.count(OPEN) != 1 or completion.count(CLOSE) != 1:
+        return 0.0
+    inside, closed, after = completion.partition(OPEN)[2].partition(CLOSE)
+    return float(bool(closed) and not after.strip() and inside.strip() == reference.strip())
+
+
+def _number(rng) -> str:
+    return str(int(rng.integers(0, 1000)))
+
+
+def _reference(rng) -> str:
+    return _number(rng) if rng.random() < 0.6 else str(rng.choice(WORDS))
+
+
+def _other(rng, reference: str) -> str:
+    """A wrong answer of the same kind as the reference."""
+    while (wrong := _number(rng) if reference.isdigit() else str(rng.choice(WORDS))) == reference:
+        pass
+    return wrong
+
+
+def _reasoning(rng) -> str:
+    return " ".join(rng.choice(FILLER, size=int(rng.integers(3, 12))))
+
+
+def _tagged(rng, content: str) -> str:
+    """An honest completion: reasoning, one tag (maybe spaces inside), maybe whitespace after."""
+    pad, after = (str(rng.choice(["", " ", "\n"])) for _ in range(2))
+    return f"{_reasoning(rng)} {OPEN}{pad}{content}{pad}{CLOSE}{after}"
+
+
+def _honest(rng, reference: str) -> list[str]:
+    """Right, wrong and untagged completions for one reference."""
+    return [_tagged(rng, reference), _tagged(rng, _other(rng, reference)),
+            f"{_reasoning(rng)} so the answer is {reference}."]
+
+
+def _rewards(impl, completions, references, **columns) -> list[float]:
+    prompts = [f"question {i}" for i in range(len(completions))]
+    out = impl.reward_answer(prompts, list(completions), list(references), **columns)
+    size = len(out) if hasattr(out, "__len__") else "?"
+    assert isinstance(out, list) and len(out) == len(completions), (
+        f"return a list of one float per completion ({len(completions)}), got "
+        f"{type(out).__name__} of length {size}")
+    return out
+
+
+def _assert_all_zero(impl, hacks: dict[str, str], reference: str):
+    got = _rewards(impl, list(hacks.values()), [reference] * len(hacks))
+    paid = [name for name, value in zip(hacks, got) if value != 0.0]
+    assert not paid, f"reference {reference!r}: these hacks must score 0.0, yours paid for {paid}"
+
+
+@graded("reward_answer", reference=True)
+def test_reward_answer_matches_reference(impl, rng):
+    """honest completions (right, wrong, untagged; spaces inside the tag, whitespace after it)
+    score like a reference: 1.0 for the right tagged answer, 0.0 otherwise"""
+    references = [_reference(rng) for _ in range(int(rng.integers(4, 9)))]
+    rows = [(text, ref) for ref in references for text in _honest(rng, ref)]
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    texts, refs = [t for t, _ in rows], [r for _, r in rows]
+    got = _rewards(impl, texts, refs, domain=["arithmetic"] * len(rows))
+    for text, ref, value in zip(texts, refs, got):
+        want = _reward_ref(text, ref)
+        assert value == want, f"reference {ref!r}, {text!r}: expected {want}, got {value}"
+
+
+@graded("reward_answer")
+def test_reward_answer_rejects_extra_and_broken_tags(impl, rng):
+    """0.0 for several answer tags (each candidate tagged, or the right one twice), nested,
+    unclosed or reversed tags, and an empty tag"""
+    ref = _reference(rng)
+    candidates = [ref, *(_other(rng, ref) for _ in range(3))]
+    listed = "".join(f"{OPEN}{c}{CLOSE}" for c in rng.permutation(candidates))
+    _assert_all_zero(impl, {
+        "every candidate tagged": f"{_reasoning(rng)} {listed}",
+        "the right answer tagged twice": f"{OPEN}{ref}{CLOSE}{OPEN}{ref}{CLOSE}",
+        "a nested tag": f"{OPEN}{OPEN}{ref}{CLOSE}",
+        "an unclosed tag": f"{_reasoning(rng)} {OPEN}{ref}",
+        "reversed tags": f"{CLOSE}{ref}{OPEN}",
+        "an empty tag": f"{_reasoning(rng)} {OPEN}{CLOSE}",
+        "a tag of spaces": f"{OPEN}   {CLOSE}"}, ref)
+
+
+@graded("reward_answer")
+def test_reward_answer_rejects_answers_outside_one_exact_tag(impl, rng):
+    """0.0 for the right answer in the reasoning but a wrong one in the tag, several answers in one
+    tag, text after the closing tag, and enormous completions (every number in one tag; the answer,
+    then a flood of others)"""
+    ref = _number(rng)
+    wrong = _other(rng, ref)
+    every_number = " ".join(map(str, rng.permutation(1000)))
+    _assert_all_zero(impl, {
+        "right in the reasoning, wrong in the tag": f"the answer is {ref}. {OPEN}{wrong}{CLOSE}",
+        "two answers, comma": f"{OPEN}{ref}, {wrong}{CLOSE}",
+        "two answers, 'or'": f"{OPEN}{wrong} or {ref}{CLOSE}",
+        "the answer twice in one tag": f"{OPEN}{ref} {ref}{CLOSE}",
+        "the answer twice, one per line": f"{OPEN}{ref}\n{ref}{CLOSE}",
+        "text after the tag": f"{OPEN}{ref}{CLOSE} or maybe {wrong}",
+        "every number in one tag": f"{OPEN}{every_number}{CLOSE}",
+        "the answer, then a flood": f"{OPEN}{ref}{CLOSE}" + every_number * 200}, ref)
+
+
+def _digits_from(zero: str, number: str) -> str:
+    """`number` written with the ten digits that start at `zero` (another script's digits)."""
+    return "".join(chr(ord(zero) + int(d)) for d in number)
+
+
+@graded("reward_answer")
+def test_reward_answer_compares_text_not_numbers(impl, rng):
+    """0.0 for answers that only parse to the reference: look-alike digits (full-width,
+    Arabic-Indic), a leading zero or plus sign, a decimal point; for a word in another case, and for
+    the reference's words spaced differently"""
+    ref = _number(rng)
+    _assert_all_zero(impl, {
+        "full-width digits": f"{OPEN}{_digits_from(chr(0xFF10), ref)}{CLOSE}",
+        "Arabic-Indic digits": f"{OPEN}{_digits_from(chr(0x0660), ref)}{CLOSE}",
+        "a leading zero": f"{OPEN}0{ref}{CLOSE}",
+        "a plus sign": f"{OPEN}+{ref}{CLOSE}",
+        "a decimal point": f"{OPEN}{ref}.0{CLOSE}"}, ref)
+    word = str(rng.choice(WORDS))
+    _assert_all_zero(impl, {"another case": f"{OPEN}{word.swapcase()}{CLOSE}"}, word)
+    two_words = f"{word} {_other(rng, word)}"
+    _assert_all_zero(impl, {"the words spaced apart": f"{OPEN}{two_words.replace(' ', '  ')}{CLOSE}",
+                            "the words on two lines": f"{OPEN}{two_words.replace(' ', chr(10))}{CLOSE}"},
+                     two_words)
+
+
+@graded("reward_answer")
+def test_reward_answer_one_float_per_completion(impl, rng):
+    """a list of one Python float per completion, in order, for any batch size (0 and 1
+    included); the dataset's other columns arrive as keyword arguments"""
+    for size in (0, 1, int(rng.integers(2, 64))):
+        references = [_reference(rng) for _ in range(size)]
+        texts = [_honest(rng, ref)[int(rng.integers(0, 3))] for ref in references]
+        ids = [[int(t) for t in rng.integers(0, 100, size=5)] for _ in range(size)]
+        got = _rewards(impl, texts, references, completion_ids=ids, domain=["facts"] * size)
+        assert all(type(v) is float for v in got), f"every reward must be a float, got {got[:5]}"
+        want = [_reward_ref(t, r) for t, r in zip(texts, references)]
+        assert got == want, f"batch of {size}: expected {want}, got {got}"
+        backwards = _rewards(impl, texts[::-1], references[::-1])
+        assert backwards == got[::-1], "reversing the batch must reverse the rewards"
