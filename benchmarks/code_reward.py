@@ -14,8 +14,9 @@ its asserts:
 The tiny model writes no code, so each completion stands for one of a few programs (right, wrong,
 one that raises), in turn: the grading work is real, the policy's text is not. The tiny model's
 step is the hardest case for the sandbox (the shortest step there is: on Gemma the step is 10-100x
-longer and the same grading costs the same). Prints one row per variant: median step time over
-the steps after the first two (compile), and the sandbox's added time per step against `exec`.
+longer and the same grading costs the same). Prints one row per variant: the median step time over
+the steps after the first two (compile), median over `--reps` repetitions (the variants' order
+turned each time), and each variant's step time against `exec`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="2 steps of 2 x 4 completions")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions, the variants' order turned each")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON list")
     args = parser.parse_args()
     shape = dict(model="tiny", n_train=256, n_validation=8, n_accuracy=0, seq_len=128,
@@ -87,12 +89,16 @@ def main() -> None:
                  checkpoint_every=0, log_every=1, output_dir=None)
     if args.smoke:
         shape |= dict(batch_size=2, group_size=4, max_new_tokens=8, micro_batches=1, steps=3)
-    rows = [run(variant, shape) for variant in ("none", "exec", "sandbox")]
+        args.reps = 1
+    variants = ["none", "exec", "sandbox"]
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for rep in range(args.reps):  # the order turns each repetition: load from elsewhere lands on all
+        for variant in variants[rep % 3:] + variants[:rep % 3]:
+            times[variant].append(run(variant, shape)["step_s"])
     completions = shape["batch_size"] * shape["group_size"]
-    by = {r["variant"]: r["step_s"] for r in rows}
-    for r in rows:
-        r["completions_per_step"] = completions
-        r["vs_exec"] = r["step_s"] / by["exec"] - 1
+    by = {v: statistics.median(t) for v, t in times.items()}
+    rows = [{"variant": v, "step_s": by[v], "per_repetition": times[v], "completions_per_step": completions,
+             "vs_exec": by[v] / by["exec"] - 1} for v in variants]
     if args.json:
         print(json.dumps(rows))
         return

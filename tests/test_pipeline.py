@@ -86,25 +86,29 @@ def test_bad_pipeline_files_get_one_line_before_any_compute(tmp_path, capsys, ch
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
 
-def test_a_reward_that_does_not_exist_is_named(tmp_path, monkeypatch):
-    """A stage config with a `rewards` list (the RL algorithms') is checked against every known reward."""
-    import dataclasses
+def test_a_stages_rewards_are_checked_by_the_stage_itself(tmp_path, capsys):
+    """The pipeline accepts what an RL stage accepts, `reward_model:PATH` included, and refuses what it
+    refuses with the stage's own one line."""
+    from tunix_lite.preference.reward_model import HEAD_FILE
 
-    from tunix_lite.training import algorithms
-    from tunix_lite.training.config import option
-    from tunix_lite.training.sft import SFTConfig
+    saved = tmp_path / "rm"  # what check_reward_model looks for; the weights load at the first call
+    saved.mkdir()
+    (saved / HEAD_FILE).write_text("")
+    (saved / "config.json").write_text("{}")
 
-    @dataclasses.dataclass
-    class RewardedConfig(SFTConfig):
-        rewards: list[str] = option(["exact_match"], "reward names")
+    def grpo(rewards):
+        return pipeline_file(tmp_path, "tiny", defaults={"seq_len": 128, "batch_size": 2},
+                             stages=[{"name": "grpo", "algorithm": "grpo", "steps": 2, "warmup_steps": 1,
+                                      "group_size": 2, "max_new_tokens": 8, "rewards": rewards}])
 
-    monkeypatch.setattr(algorithms, "config_class", lambda name: RewardedConfig)
-    path = pipeline_file(tmp_path, "tiny", stages=[{"algorithm": "sft", "rewards": ["exact_match", "fromat"]}])
-    with pytest.raises(ValueError, match=r"stages\[0\] \(sft\): rewards: 'fromat' is not a reward function "
-                                         r"\(did you mean 'format'\?\); choose from"):
-        load_pipeline(path)
-    path = pipeline_file(tmp_path, "tiny", stages=[{"algorithm": "sft", "rewards": ["math", "reasoning_format"]}])
-    assert load_pipeline(path).stages[0].config.rewards == ["math", "reasoning_format"]
+    assert main(["run", str(grpo(["exact_match", f"reward_model:{saved}"])), "--check"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(grpo(["exact_match", "fromat"])), "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "stages[0] (grpo): rewards: unknown reward 'fromat'; choose from" in err and "\n" not in err, err
+    assert main(["run", str(grpo([f"reward_model:{tmp_path}"])), "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds no reward model" in err and "\n" not in err, err
 
 
 def test_the_agent_recipe_checks_as_a_pipeline(tmp_path):

@@ -251,7 +251,6 @@ def _check(path: Path, values: dict) -> Pipeline:
         stages.append(stage)
         names.append(name)
     pipeline = Pipeline(path, spec, data, evaluation, stages, values)
-    _check_rewards(pipeline)
     check_budget(pipeline, spec.max_minutes)
     return pipeline
 
@@ -288,25 +287,6 @@ def _check_data(data: DataSpec, evaluation: EvalSpec | None) -> None:
     if evaluation is not None and data.test is None:
         raise ConfigError("data.test: the evaluation needs held-out records (prompt, answer); set data.test or "
                           "evaluation: null")
-
-
-def _check_rewards(pipeline: Pipeline) -> None:
-    """Reward names a stage lists must exist (the RL algorithms read them by name)."""
-    names = None
-    for i, stage in enumerate(pipeline.stages):
-        rewards = getattr(stage.config, "rewards", None)
-        if not rewards:
-            continue
-        if names is None:
-            from tunix_lite.rl.rewards import REWARD_FUNCTIONS  # the RL registry, verifiers included
-
-            names = set(REWARD_FUNCTIONS)
-        unknown = [r for r in rewards if r not in names]
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"stages[{i}] ({stage.name}): rewards: {unknown[0]!r} is not a reward function{hint}; "
-                              f"choose from {', '.join(sorted(names))}")
 
 
 def _stage_values(spec: PipelineSpec, data: DataSpec, stage: Stage, model: str, *, check: bool = False) -> dict:
