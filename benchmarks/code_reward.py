@@ -3,9 +3,8 @@
     python benchmarks/code_reward.py             # configs/grpo_tiny.yaml's shape on the tiny model
     python benchmarks/code_reward.py --smoke     # 2 steps of 2 x 4 completions: the code paths only
 
-The same GRPO run three ways, differing only in how each completion's program is graded against
-its asserts:
-- `none`: the reward is a constant (no grading at all): the step's own time;
+The same GRPO run two ways, differing only in how each completion's program is graded against its
+asserts (both give the same scores, so both runs train the same policy on the same rewards):
 - `exec`: the program runs in this process with `exec` (no isolation: the cheapest grading there
   is, and a model's program can then forge its score or kill the run);
 - `sandbox`: `check_code` through `VerifierPool`: each program in a fresh fork of the sandbox's
@@ -63,8 +62,6 @@ def run(variant: str, config_overrides: dict) -> dict:
         def code(prompts, completions, **columns):
             stamps.append(time.perf_counter())  # one per step: the steps' time apart
             programs = [PROGRAMS[i % len(PROGRAMS)] for i in range(len(completions))]
-            if variant == "none":
-                return [0.0] * len(completions)
             if variant == "exec":
                 return [exec_check(p, TESTS) for p in programs]
             return pool.map(check_code, [(p, TESTS) for p in programs])
@@ -90,10 +87,10 @@ def main() -> None:
     if args.smoke:
         shape |= dict(batch_size=2, group_size=4, max_new_tokens=8, micro_batches=1, steps=3)
         args.reps = 1
-    variants = ["none", "exec", "sandbox"]
+    variants = ["exec", "sandbox"]
     times: dict[str, list[float]] = {v: [] for v in variants}
     for rep in range(args.reps):  # the order turns each repetition: load from elsewhere lands on all
-        for variant in variants[rep % 3:] + variants[:rep % 3]:
+        for variant in variants[rep % 2:] + variants[:rep % 2]:
             times[variant].append(run(variant, shape)["step_s"])
     completions = shape["batch_size"] * shape["group_size"]
     by = {v: statistics.median(t) for v, t in times.items()}
