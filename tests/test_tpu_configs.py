@@ -43,7 +43,7 @@ def test_a_mesh_over_every_device_gets_no_warning(available, used, platform):
 
 def test_check_prints_the_devices_and_warns_when_the_mesh_is_unset(tmp_path, subprocess_env):
     """On 8 simulated CPU devices (a child process: jax fixes its device count when it starts)."""
-    config = TPU_CONFIGS[0]
+    config = CONFIGS / "capstone_gemma3_270m_tpu.yaml"  # a preset model: no weights folder needed
     values = yaml.safe_load(config.read_text(encoding="utf-8"))
     values["defaults"].pop("mesh")
     unset = tmp_path / "no_mesh.yaml"

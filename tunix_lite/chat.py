@@ -66,7 +66,8 @@ TEMPLATES = {
 }
 
 
-FAMILY_TEMPLATES = {"gemma3": "gemma", "llama3": "llama3", "qwen3": "qwen3"}  # ModelConfig.family -> template
+# ModelConfig.family -> template
+FAMILY_TEMPLATES = {"gemma2": "gemma", "gemma3": "gemma", "llama3": "llama3", "qwen3": "qwen3"}
 
 
 def template_for(family: str) -> str:

@@ -1,11 +1,11 @@
-"""Model configuration: one frozen dataclass covers Gemma 3, Llama 3 and Qwen 3, presets are data."""
+"""One frozen dataclass configures Gemma 2 and 3, Llama 3 and Qwen 3; presets are data."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Literal
 
-Family = Literal["gemma3", "llama3", "qwen3"]
+Family = Literal["gemma2", "gemma3", "llama3", "qwen3"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ModelConfig:
     norm_eps: float = 1e-6
     norm_plus_one: bool = False  # Gemma stores w and scales by (1 + w)
     qk_norm: bool = False  # RMSNorm over head_dim on q and k (Gemma 3, Qwen 3)
-    sandwich_norm: bool = False  # extra norms after attention and after the MLP (Gemma 3)
+    sandwich_norm: bool = False  # extra norms after attention and after the MLP (Gemma 2 and 3)
     scale_embeddings: bool = False  # embeddings * sqrt(embed_dim) (Gemma)
     tie_embeddings: bool = True
     rope_base: float = 10_000.0
@@ -43,6 +43,9 @@ class ModelConfig:
     sliding_window: int | None = None
     sliding_window_pattern: int | None = None  # every Nth layer is global, the rest local
     query_pre_attn_scalar: float | None = None  # scores * qpas**-0.5; None: head_dim**-0.5
+    # Gemma 2 bounds attention scores and final logits to (-cap, cap) by cap * tanh(x / cap)
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
     max_seq_len: int = 8192
     dtype: str = "float32"  # compute dtype; parameters stay float32
     bos_id: int = 2
@@ -56,7 +59,8 @@ class ModelConfig:
             raise ValueError("sliding_window and sliding_window_pattern go together")
 
     def is_global(self, layer: int) -> bool:
-        """Gemma 3 pattern 6: layers 5, 11, 17, ... attend globally; the rest use the sliding window."""
+        """Gemma 3 pattern 6: layers 5, 11, 17, ... attend globally; the rest use the sliding
+        window. Gemma 2 pattern 2: odd layers are global, even ones local."""
         return self.sliding_window_pattern is None or (layer + 1) % self.sliding_window_pattern == 0
 
     @property
@@ -89,6 +93,13 @@ PRESETS: dict[str, ModelConfig] = {
     "gemma3-1b": _gemma3(
         vocab_size=262_144, embed_dim=1152, num_layers=26, num_heads=4, num_kv_heads=1, head_dim=256,
         mlp_dim=6912, sliding_window=512, query_pre_attn_scalar=256, max_seq_len=32_768,
+    ),
+    "gemma2-2b": ModelConfig(
+        family="gemma2", vocab_size=256_000, embed_dim=2304, num_layers=26, num_heads=8,
+        num_kv_heads=4, head_dim=256, mlp_dim=9216, activation="gelu_tanh", norm_plus_one=True,
+        sandwich_norm=True, scale_embeddings=True, sliding_window=4096, sliding_window_pattern=2,
+        query_pre_attn_scalar=256, attn_logit_softcap=50.0, final_logit_softcap=30.0,
+        max_seq_len=8192,
     ),
     "llama3.2-1b": ModelConfig(
         family="llama3", vocab_size=128_256, embed_dim=2048, num_layers=16, num_heads=32, num_kv_heads=8,

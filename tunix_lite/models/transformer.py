@@ -1,4 +1,4 @@
-"""A decoder-only transformer in Flax NNX: Gemma 3, Llama 3 and Qwen 3 from one config.
+"""A decoder-only transformer in Flax NNX: Gemma 2, Gemma 3, Llama 3 and Qwen 3 from one config.
 
 Read top to bottom: pure functions (norm, RoPE, masks, attention), then modules (RMSNorm, Attention, MLP,
 Block, Transformer). Shapes use B=batch, T=query length, S=key length, D=embed, N=query heads,
@@ -42,6 +42,12 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (normed * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
+    """cap * tanh(x / cap), elementwise: Gemma 2 keeps attention scores and logits within
+    (-cap, cap). cap None: x unchanged."""
+    return x if cap is None else jnp.tanh(x / cap) * cap
 
 
 def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | None = None) -> jax.Array:
@@ -95,12 +101,16 @@ def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | 
     return mask
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
-    """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H]."""
-    return kv_major_attention(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), mask, scale)
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
+              softcap: float | None = None) -> jax.Array:
+    """Grouped-query attention: q [B,T,N,H], k/v [B,S,K,H], mask [B,T,S] -> [B,T,N,H].
+    softcap: soft-cap the scaled scores before masking (Gemma 2; see soft_cap)."""
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    return kv_major_attention(q, k, v, mask, scale, softcap)
 
 
-def kv_major_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+def kv_major_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
+                       softcap: float | None = None) -> jax.Array:
     """`attention` with k/v laid out [B,K,S,H], the KV cache's layout, so decoding reads the cache as it is.
 
     Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated:
@@ -113,19 +123,22 @@ def kv_major_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array
     G = N // K
     q = q.reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, H)  # row g*T + t
     scores = jnp.einsum("bkqh,bksh->bkqs", q, k, preferred_element_type=jnp.float32) * scale
+    scores = soft_cap(scores, softcap)
     scores = jnp.where(jnp.tile(mask, (1, G, 1))[:, None], scores, _MASKED)  # [B, K, G*T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkqs,bksh->bkqh", probs, v).reshape(B, K, G, T, H)
     return out.transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)
 
 
-def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array, scale: float,
+                      softcap: float | None = None) -> jax.Array:
     """The probabilities `attention` weighs the values by, per query head: q [B,T,N,H], k [B,S,K,H],
     mask [B,T,S] -> [B,N,T,S] (float32; each row sums to 1). Laid out for reading (attention maps,
     attention transfer), not for speed: the forward pass never materialises them this way."""
     N, K = q.shape[2], k.shape[2]
     k = jnp.repeat(k, N // K, axis=2)  # query head n reads kv head n // G
     scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) * scale
+    scores = soft_cap(scores, softcap)
     return jax.nn.softmax(jnp.where(mask[:, None], scores, _MASKED), axis=-1)
 
 
@@ -218,8 +231,9 @@ class Attention(nnx.Module):
         if kv_cache is None:
             mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
                                   k_segment=segment_ids)
-            if self.implementation == "einsum":
-                out = attention(q, k, v, mask, c.attn_scale)
+            # jax.nn.dot_product_attention cannot soft-cap scores: Gemma 2 always uses einsum
+            if self.implementation == "einsum" or c.attn_logit_softcap is not None:
+                out = attention(q, k, v, mask, c.attn_scale, c.attn_logit_softcap)
             else:  # jax's fused attention (cuDNN's flash attention on NVIDIA GPUs) under the same mask
                 q, k = q.astype(v.dtype), k.astype(v.dtype)
                 out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=c.attn_scale,
@@ -230,7 +244,7 @@ class Attention(nnx.Module):
             k, v = (jax.lax.dynamic_update_slice(cache, new.swapaxes(1, 2).astype(cache.dtype), (0, 0, cache_end, 0))
                     for cache, new in zip(kv_cache, (k, v)))
             mask = attention_mask(positions, cache_positions, sliding_window=window)
-            out = kv_major_attention(q, k, v, mask, c.attn_scale)
+            out = kv_major_attention(q, k, v, mask, c.attn_scale, c.attn_logit_softcap)
         return self.o_proj(out.reshape(B * T, c.num_heads * c.head_dim)).reshape(B, T, -1), (k, v)
 
     def weights(self, x, positions, *, segment_ids=None) -> jax.Array:
@@ -240,7 +254,7 @@ class Attention(nnx.Module):
         window = None if self.is_global else self.config.sliding_window
         mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
                               k_segment=segment_ids)
-        return attention_weights(q, k, mask, self.config.attn_scale)
+        return attention_weights(q, k, mask, self.config.attn_scale, self.config.attn_logit_softcap)
 
 
 class MLP(nnx.Module):
@@ -265,7 +279,8 @@ class Block(nnx.Module):
         self.attn = Attention(config, layer, rngs=rngs)
         self.pre_mlp_norm = RMSNorm(d, config)
         self.mlp = MLP(config, rngs=rngs)
-        if config.sandwich_norm:  # Gemma 3 also normalises each sublayer's output before the residual add
+        # Gemma 2 and 3 also normalise each sublayer's output before the residual add
+        if config.sandwich_norm:
             self.post_attn_norm, self.post_mlp_norm = RMSNorm(d, config), RMSNorm(d, config)
         self.sandwich = config.sandwich_norm
 
@@ -317,19 +332,22 @@ class Transformer(nnx.Module):
         return x
 
     def head_weight(self) -> jax.Array | None:
-        """The output projection as [D, V] when it is a plain matrix (tied embedding or an untied nnx.Linear),
-        else None (e.g. a LoRA-adapted lm head). `sequence_log_probs` chunks over it; everything else calls
-        `logits`."""
+        """The output projection as [D, V] when it is a plain matrix (tied embedding or an untied
+        nnx.Linear), else None (e.g. a LoRA-adapted lm head). `sequence_log_probs` chunks over it,
+        soft-capping its products with config.final_logit_softcap as `logits` does; everything else
+        calls `logits`."""
         if self.config.tie_embeddings:
             return self.embedder.embedding[...].T
         return self.lm_head.kernel[...] if type(self.lm_head) is nnx.Linear else None
 
     def logits(self, features: jax.Array) -> jax.Array:
-        """features [..., D] (after the final norm) -> logits [..., V] in float32."""
+        """features [..., D] (after the final norm) -> logits [..., V] in float32, soft-capped when
+        config.final_logit_softcap is set (Gemma 2)."""
         *lead, D = features.shape
         x = features.reshape(-1, D)  # [B*T, D]: see the note above _dense
         logits = self.embedder.attend(x) if self.config.tie_embeddings else self.lm_head(x)
-        return logits.reshape(*lead, -1).astype(jnp.float32)
+        logits = logits.reshape(*lead, -1).astype(jnp.float32)
+        return soft_cap(logits, self.config.final_logit_softcap)
 
     def features(self, tokens: jax.Array, positions: jax.Array | None = None, *,
                  segment_ids: jax.Array | None = None, return_hidden: bool = False):

@@ -30,17 +30,25 @@ def _chunks(x: jax.Array, size: int) -> jax.Array:
     return x.reshape(-1, size, *x.shape[1:])
 
 
-def _chunk_log_probs(x, w, targets):
-    """One chunk: x [C, D], w [D, V], targets [C] -> (log p(targets) [C], softmax [C, V])."""
-    logits = jnp.dot(x, w.astype(x.dtype), preferred_element_type=jnp.float32)  # [C, V]
+def _chunk_log_probs(x, w, targets, softcap):
+    """One chunk: x [C, D], w [D, V], targets [C] -> (log p(targets) [C], its gradient with
+    respect to the uncapped logits x @ w [C, V]: onehot(targets) - softmax, times the soft-cap's
+    slope when softcap is set)."""
+    raw = jnp.dot(x, w.astype(x.dtype), preferred_element_type=jnp.float32)  # [C, V]
+    logits = raw if softcap is None else jnp.tanh(raw / softcap) * softcap
     lse = jax.nn.logsumexp(logits, axis=-1)
     picked = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return picked - lse, jnp.exp(logits - lse[:, None])
+    grad = -jnp.exp(logits - lse[:, None]).at[jnp.arange(targets.shape[0]), targets].add(-1.0)
+    if softcap is not None:  # d(cap * tanh(r / cap)) / dr = 1 - tanh(r / cap)**2
+        grad = grad * (1.0 - jnp.square(logits / softcap))
+    return picked - lse, grad
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def chunked_token_log_probs(features: jax.Array, head: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def chunked_token_log_probs(features: jax.Array, head: jax.Array, targets: jax.Array, chunk: int,
+                            softcap: float | None = None) -> jax.Array:
     """log p(targets) [N] from features [N, D] and the output projection head [D, V], `chunk` tokens at a time.
+    softcap: the logits are cap * tanh((features @ head) / cap) (Gemma 2's final soft-capping).
 
     Equal to token_log_probs(features @ head, targets), but the [N, V] logits never exist: each chunk's [chunk, V]
     logits are made, used and dropped. The backward pass needs no logits either: the gradient of log p(t) with
@@ -50,15 +58,14 @@ def chunked_token_log_probs(features: jax.Array, head: jax.Array, targets: jax.A
     trained head (full fine-tuning) also needs d head, which is recomputed chunk by chunk in the backward pass
     (one more logits matmul per chunk); when the head is frozen XLA drops that work as dead code.
     """
-    return _chunked_forward(features, head, targets, chunk)[0]
+    return _chunked_forward(features, head, targets, chunk, softcap)[0]
 
 
-def _chunked_forward(features, head, targets, chunk):
+def _chunked_forward(features, head, targets, chunk, softcap):
     def one(args):
         x, t = args
-        logp, probs = _chunk_log_probs(x, head, t)
-        probs = probs.at[jnp.arange(t.shape[0]), t].add(-1.0)  # softmax - onehot = -(d log p / d logits)
-        return logp, -jnp.dot(probs, head.T.astype(jnp.float32))  # d log p / d x: [C, D]
+        logp, grad_logits = _chunk_log_probs(x, head, t, softcap)
+        return logp, jnp.dot(grad_logits, head.T.astype(jnp.float32))  # d log p / d x: [C, D]
 
     n = features.shape[0]
     logp, grad_x = jax.lax.map(one, (_chunks(features, chunk), _chunks(targets, chunk)))
@@ -66,22 +73,23 @@ def _chunked_forward(features, head, targets, chunk):
     return logp, (features, head, targets, grad_x)
 
 
-def _chunked_backward(chunk, residuals, g):
+def _chunked_backward(chunk, softcap, residuals, g):
     features, head, targets, grad_x = residuals
     d_features = (g[:, None] * grad_x).astype(features.dtype)
 
-    def one(d_head, args):  # d head += x.T @ (g * (onehot - softmax)), recomputing the chunk's softmax
+    # d head += x.T @ (g * d log p / d logits), recomputing the chunk's softmax
+    def one(d_head, args):
         x, t, gc = args
-        _, probs = _chunk_log_probs(x, head, t)
-        d_logits = -gc[:, None] * probs.at[jnp.arange(t.shape[0]), t].add(-1.0)
-        return d_head + jnp.dot(x.T.astype(jnp.float32), d_logits), None
+        _, grad_logits = _chunk_log_probs(x, head, t, softcap)
+        return d_head + jnp.dot(x.T.astype(jnp.float32), gc[:, None] * grad_logits), None
 
     d_head, _ = jax.lax.scan(one, jnp.zeros(head.shape, jnp.float32),
                              (_chunks(features, chunk), _chunks(targets, chunk), _chunks(g, chunk)))
     return d_features, d_head.astype(head.dtype), None
 
 
-chunked_token_log_probs.defvjp(lambda f, h, t, c: _chunked_forward(f, h, t, c), _chunked_backward)
+chunked_token_log_probs.defvjp(lambda f, h, t, c, s: _chunked_forward(f, h, t, c, s),
+                               _chunked_backward)
 
 
 def sequence_log_probs(model, batch: dict, features: jax.Array | None = None) -> jax.Array:
@@ -107,7 +115,9 @@ def feature_log_probs(model, features: jax.Array, targets: jax.Array) -> jax.Arr
     if head is None:
         return token_log_probs(model.logits(features), targets)
     B, T, D = features.shape
-    return chunked_token_log_probs(features.reshape(B * T, D), head, targets.reshape(-1), chunk).reshape(B, T)
+    softcap = model.config.final_logit_softcap  # `logits` caps the full projection the same way
+    return chunked_token_log_probs(features.reshape(B * T, D), head, targets.reshape(-1), chunk,
+                                   softcap).reshape(B, T)
 
 
 def masked_mean(values: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -20,7 +20,11 @@ from flax import nnx
 from tunix_lite.models.config import ModelConfig, RopeScaling
 from tunix_lite.models.transformer import Transformer
 
-_MODEL_TYPES = {"gemma3_text": "gemma3", "gemma3": "gemma3", "llama": "llama3", "qwen3": "qwen3"}
+_MODEL_TYPES = {"gemma2": "gemma2", "gemma3_text": "gemma3", "gemma3": "gemma3", "llama": "llama3",
+                "qwen3": "qwen3"}
+_GEMMAS = ("gemma2", "gemma3")
+# Gemma 2 config.json files older than transformers' `layer_types` imply local, global, local, ...
+_DEFAULT_WINDOW_PATTERN = {"gemma2": 2}
 _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh", "silu": "silu"}
 
 
@@ -78,10 +82,11 @@ def _rope_scaling(rope: dict) -> RopeScaling | None:
     raise ValueError(f"config.json: rope type {kind!r} is not supported (supported: default, linear, llama3)")
 
 
-def _window_pattern(hf: dict, num_layers: int) -> int | None:
+def _window_pattern(hf: dict, num_layers: int, family: str) -> int | None:
     types = hf.get("layer_types")
     if types is None:
-        return hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern")
+        return (hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern")
+                or _DEFAULT_WINDOW_PATTERN.get(family))
     if all(t == "full_attention" for t in types):
         return None
     pattern = types.index("full_attention") + 1 if "full_attention" in types else num_layers + 1
@@ -92,7 +97,7 @@ def _window_pattern(hf: dict, num_layers: int) -> int | None:
 
 
 def family_of(hf: dict) -> str:
-    """The model family ("gemma3", "llama3", "qwen3") of a parsed HF config.json."""
+    """The model family ("gemma2", "gemma3", "llama3", "qwen3") of a parsed HF config.json."""
     model_type = "gemma3_text" if "text_config" in hf else hf.get("model_type")
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
@@ -101,8 +106,9 @@ def family_of(hf: dict) -> str:
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
-    """ModelConfig from a parsed HF config.json (Gemma 3 text, Llama 3, Qwen 3). A missing key, a value of the
-    wrong type or an unsupported feature is a ValueError starting "config.json: " and naming the key."""
+    """ModelConfig from a parsed HF config.json (Gemma 2, Gemma 3 text, Llama 3, Qwen 3). A
+    missing key, a value of the wrong type or an unsupported feature is a ValueError starting
+    "config.json: " and naming the key."""
     if not isinstance(hf, dict):
         raise ValueError(f"config.json: expected a mapping of keys, got {type(hf).__name__}")
     if "text_config" in hf:  # a multimodal Gemma 3 checkpoint: use its language model
@@ -111,14 +117,17 @@ def config_from_hf(hf: dict) -> ModelConfig:
     for flag in ("attention_bias", "mlp_bias"):
         if _get(hf, flag, bool, False):
             raise ValueError(f"config.json: {flag}=true is not supported")
-    for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
-        if hf.get(cap) is not None:
-            raise ValueError(f"config.json: {cap}={hf[cap]} is not supported (Gemma 2 style softcapping)")
+    softcaps = {cap: _get(hf, cap, float, None)
+                for cap in ("attn_logit_softcapping", "final_logit_softcapping")}
+    for cap, value in softcaps.items():
+        if value is not None and family != "gemma2":
+            raise ValueError(f"config.json: {cap}={value} is not supported "
+                             "(Gemma 2 style softcapping)")
     num_layers = _get(hf, "num_hidden_layers", int, positive=True)
     hidden, heads = _get(hf, "hidden_size", int, positive=True), _get(hf, "num_attention_heads", int, positive=True)
-    is_gemma = family == "gemma3"
+    is_gemma = family in _GEMMAS
     use_sliding_window = _get(hf, "use_sliding_window", bool, False)
-    pattern = _window_pattern(hf, num_layers) if is_gemma or use_sliding_window else None
+    pattern = _window_pattern(hf, num_layers, family) if is_gemma or use_sliding_window else None
     if family == "qwen3" and use_sliding_window:
         raise ValueError("config.json: Qwen 3 use_sliding_window=true is not supported")
     global_rope = _rope_settings(hf, "full_attention")
@@ -152,6 +161,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
         sliding_window=_get(hf, "sliding_window", int, positive=True) if pattern else None,
         sliding_window_pattern=pattern,
         query_pre_attn_scalar=_get(hf, "query_pre_attn_scalar", float, None),
+        attn_logit_softcap=softcaps["attn_logit_softcapping"],
+        final_logit_softcap=softcaps["final_logit_softcapping"],
         max_seq_len=_get(hf, "max_position_embeddings", int, 8192, positive=True),
         bos_id=_get(hf, "bos_token_id", int, 2),
         eos_id=eos,
@@ -192,22 +203,30 @@ def config_to_hf(c: ModelConfig) -> dict:
         "max_position_embeddings": c.max_seq_len, "bos_token_id": c.bos_id, "eos_token_id": c.eos_id,
         "pad_token_id": c.pad_id, "attention_bias": False, "torch_dtype": "float32",
     }
-    if c.family == "gemma3":
-        qpas = c.query_pre_attn_scalar
-        if qpas is not None and float(qpas).is_integer():
-            qpas = int(qpas)  # transformers types the field int (and refuses 64.0)
-        layer_types = ["full_attention" if c.is_global(i) else "sliding_attention" for i in range(c.num_layers)]
-        return hf | {
-            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-            "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": qpas,
-            "sliding_window": c.sliding_window, "layer_types": layer_types,
-            "rope_parameters": {"full_attention": rope, "sliding_attention":
-                                {"rope_type": "default", "rope_theta": c.rope_local_base or c.rope_base}},
-            "final_logit_softcapping": None, "attn_logit_softcapping": None,
-        }
+    if c.family in _GEMMAS:
+        return hf | _gemma_fields(c, rope)
     arch = {"llama3": ("LlamaForCausalLM", "llama"), "qwen3": ("Qwen3ForCausalLM", "qwen3")}[c.family]
     return hf | {"architectures": [arch[0]], "model_type": arch[1], "hidden_act": c.activation,
                  "rope_parameters": rope, "mlp_bias": False}
+
+
+def _gemma_fields(c: ModelConfig, rope: dict) -> dict:
+    """The config.json keys of a Gemma 2 or Gemma 3 text model beyond the common ones."""
+    qpas = c.query_pre_attn_scalar
+    if qpas is not None and float(qpas).is_integer():
+        qpas = int(qpas)  # transformers types the field int (and refuses 64.0)
+    layer_types = ["full_attention" if c.is_global(i) else "sliding_attention"
+                   for i in range(c.num_layers)]
+    fields = {"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": qpas,
+              "sliding_window": c.sliding_window, "layer_types": layer_types,
+              "final_logit_softcapping": c.final_logit_softcap,
+              "attn_logit_softcapping": c.attn_logit_softcap}
+    if c.family == "gemma2":  # one RoPE for every layer
+        return fields | {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+                         "rope_parameters": rope}
+    local_rope = {"rope_type": "default", "rope_theta": c.rope_local_base or c.rope_base}
+    return fields | {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+                     "rope_parameters": {"full_attention": rope, "sliding_attention": local_rope}}
 
 
 # ----------------------------------------------------------------------------- weight mapping
@@ -223,8 +242,8 @@ def _keep(w):
 
 def weight_map(c: ModelConfig) -> dict[tuple, tuple[str, Callable]]:
     """Our parameter path -> (HF tensor name, HF->ours transform). HF linears are [out, in]; ours [in, out]."""
-    # Llama/Qwen call the pre-MLP norm `post_attention_layernorm`; Gemma 3 uses that name for the
-    # sandwich norm after attention and calls the pre-MLP one `pre_feedforward_layernorm`.
+    # Llama/Qwen call the pre-MLP norm `post_attention_layernorm`; Gemma 2 and 3 use that name for
+    # the sandwich norm after attention and call the pre-MLP one `pre_feedforward_layernorm`.
     norms = {"input_norm": "input_layernorm"}
     if c.sandwich_norm:
         norms |= {"post_attn_norm": "post_attention_layernorm", "pre_mlp_norm": "pre_feedforward_layernorm",
