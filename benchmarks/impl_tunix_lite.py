@@ -150,7 +150,7 @@ def run_preference(name: str, w: dict, steps: int, warmup: int) -> dict:
     the reference (a clone of the initial policy, in eval mode) run inside every step as the trainer's `frozen`;
     orpo: no reference. The lm head scores only the completion window (`completion_window`): prompt positions need
     no logits, as in every library's DPO. Each pair's prompt runs once for both completions (`shared_prompt`,
-    dpo.shared_prompt_features): 8 rows of 128 + 128 + 127 tokens instead of 16 rows of 256, for the policy and the
+    scoring.shared_prompt_features): 8 rows of 128 + 128 + 127 tokens instead of 16 rows of 256, for the policy and the
     reference alike; the MFU column still counts the 16 rows' model FLOPs, the work every side does."""
     import jax
     import numpy as np
@@ -159,7 +159,8 @@ def run_preference(name: str, w: dict, steps: int, warmup: int) -> dict:
 
     from tunix_lite.data.sft import SFTData, TruncationReport
     from tunix_lite.preference.data import PreferenceData, pair_rows
-    from tunix_lite.preference.dpo import PreferenceLoss, scoring
+    from tunix_lite.preference.dpo import PreferenceLoss
+    from tunix_lite.preference.scoring import scoring
     from tunix_lite.training.trainer import Trainer
 
     model, _ = build_model(w["shape"])
@@ -297,7 +298,7 @@ def run_grpo(name: str, w: dict, steps: int, warmup: int) -> dict:
 
     from tunix_lite.data.rollouts import rollout_rows
     from tunix_lite.rl.advantages import grpo_advantages
-    from tunix_lite.rl.grpo import grpo_loss
+    from tunix_lite.rl.losses import grpo_loss
     from tunix_lite.sampler import Sampler
     from tunix_lite.training.trainer import Trainer
 

@@ -1,11 +1,13 @@
 """Re-execute a notebook under a profile and commit what a learner should see.
 
-    python scripts/refresh_notebook.py notebooks/02_gemma3_from_scratch.ipynb       # run (ci profile), rewrite
-    python scripts/refresh_notebook.py notebooks/*.ipynb --finish-bars-only         # no run: fix stored bars
+    python scripts/refresh_notebook.py notebooks/02_gemma3_from_scratch.ipynb  # run (ci), rewrite
+    python scripts/refresh_notebook.py notebooks/*.ipynb --finish-bars-only    # no run: fix bars
 
-Running writes every cell's fresh outputs back into the file, as CI's nbval run computes them (the `ci`
-profile, CPU, the notebook's own directory). Either way, a tqdm progress bar is stored as its finished
-text ("train: 100%|##########| 300/300"), not as the live widget, which a saved notebook shows frozen at
+Running writes every cell's fresh outputs back into the file, as CI's nbval run computes them (the
+`ci` profile, CPU, the notebook's own directory). It runs the .ipynb's cells, so it first checks
+that they are what its .py pair makes (`jupytext --sync` after editing the .py:
+course/AUTHORING.md). Either way, a tqdm progress bar is stored as its finished text
+("train: 100%|##########| 300/300"), not as the live widget, which a saved notebook shows frozen at
 0% (the widget's state is not saved with it).
 """
 
@@ -33,9 +35,9 @@ def finished_bar(text: str) -> str | None:
 
 
 def finish_progress_bars(notebook: dict) -> int:
-    """Replace every stored tqdm widget by its finished text (a stderr stream, as tqdm writes it outside
-    Jupyter); returns how many were replaced. Cells whose outputs nbval compares with a fresh run
-    (`# NBVAL_CHECK_OUTPUT`) keep the widget a fresh run makes."""
+    """Replace every stored tqdm widget by its finished text (a stderr stream, as tqdm writes it
+    outside Jupyter); returns how many were replaced. Cells whose outputs nbval compares with a
+    fresh run (`# NBVAL_CHECK_OUTPUT`) keep the widget a fresh run makes."""
     replaced = 0
     for cell in notebook["cells"]:
         if "NBVAL_CHECK_OUTPUT" in "".join(cell.get("source", "")):
@@ -54,6 +56,18 @@ def finish_progress_bars(notebook: dict) -> int:
     return replaced
 
 
+def check_paired(path: Path) -> None:
+    """Stop when the .ipynb's cells are not what its .py pair makes: a run would store them."""
+    import jupytext
+
+    pair = path.with_suffix(".py")
+    if not pair.is_file():
+        return
+    sources = [[(c.cell_type, c.source) for c in jupytext.read(p).cells] for p in (path, pair)]
+    if sources[0] != sources[1]:
+        raise SystemExit(f"{path} differs from {pair}: run `jupytext --sync {pair}` first")
+
+
 def execute(path: Path, profile: str) -> dict:
     """The notebook run top to bottom in its own directory, as CI runs it."""
     import nbclient
@@ -61,22 +75,29 @@ def execute(path: Path, profile: str) -> dict:
 
     os.environ.update(JAX_PLATFORMS="cpu", TUNIX_LITE_PROFILE=profile)
     notebook = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
+    resources = {"metadata": {"path": str(path.parent)}}
+    nbclient.NotebookClient(notebook, timeout=600, resources=resources).execute()
     return json.loads(nbformat.writes(notebook))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
-    parser.add_argument("--profile", default="ci", help="TUNIX_LITE_PROFILE to run under (default: ci)")
+    parser.add_argument("--profile", default="ci",
+                        help="TUNIX_LITE_PROFILE to run under (default: ci)")
     parser.add_argument("--finish-bars-only", action="store_true",
                         help="do not run: only store the progress bars already there as finished")
     args = parser.parse_args()
     for path in args.notebooks:
-        notebook = json.loads(path.read_text()) if args.finish_bars_only else execute(path, args.profile)
+        if args.finish_bars_only:
+            notebook = json.loads(path.read_text())
+        else:
+            check_paired(path)
+            notebook = execute(path, args.profile)
         bars = finish_progress_bars(notebook)
         path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-        print(f"{path}: {'ran, ' if not args.finish_bars_only else ''}{bars} progress bars stored finished")
+        ran = "" if args.finish_bars_only else "ran, "
+        print(f"{path}: {ran}{bars} progress bars stored finished")
 
 
 if __name__ == "__main__":

@@ -88,14 +88,14 @@ def stage_config(path: str, name: str, overrides: dict):
         raise Refused(f"--stage {name}: {path} has stages {', '.join(s.name for s in pipe.stages)}")
     if stage.algorithm != "grpo":
         raise Refused(f"--stage {name}: is {stage.algorithm}, not grpo")
-    source = pl._source_marker(pipe, stage)
+    source = pl.source_marker(pipe, stage)
     if source is None:
         raise Refused(
             f"--stage {name}: starts from stage {stage.source!r}, which has not finished; "
             "run the pipeline up to it first"
         )
     pl.prepare_data(pipe)  # the synthetic data files the stage reads (a no-op for your own files)
-    values = pl._stage_values(pipe.spec, pipe.data, stage, str(source["model_dir"]))
+    values = pl.stage_values(pipe.spec, stage, str(source["model_dir"]))
     return GRPOConfig.from_dict(values | overrides)
 
 
@@ -540,13 +540,13 @@ def run(config_path: str, stage: str | None, out: Path, steps: int | None) -> di
 
     from tunix_lite.export import export_model
     from tunix_lite.rl.rollouts import Prompts
-    from tunix_lite.training.sft import load_data
+    from tunix_lite.training.inputs import load_data, synthetic_tasks
 
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = start_model(config)
     start_hf = export_model(model, tokenizer, out / "start_model", orbax=False) / "hf"
     adapters = initial_adapters(config, model) if config.lora_rank else {}
-    train, _ = load_data(config)
+    train, _ = load_data(config, synthetic_tasks)
     prompts = Prompts.from_config(config, train, tokenizer)
     order = prompt_order(config, len(prompts))
     print(f"{prompts.report()}; {len(order)} fed in tunix_lite's order")

@@ -4,7 +4,7 @@
 # e.g. `bash scripts/test.sh -m "not slow"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/pytest ] || ! .venv/bin/python -c "import torch, transformers, trl, reasoning_gym, tunix_lite" 2>/dev/null; then
+if [ ! -x .venv/bin/pytest ] || ! .venv/bin/python -c "import torch, transformers, trl, reasoning_gym, jupytext, ruff, tunix_lite" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[all]"

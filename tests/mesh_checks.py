@@ -1,8 +1,10 @@
 """The fake-device checks behind tests/test_sharding*.py, one process per test file (jax fixes the device count
 when it starts):
 
-    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0" JAX_PLATFORMS=cpu \
-        python tests/mesh_checks.py OUT.json [check names]
+    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 \
+        --xla_cpu_use_fusion_emitters=false" JAX_PLATFORMS=cpu python tests/mesh_checks.py OUT.json [checks]
+
+(the flags of tests/conftest.py: the last two only make compiling faster).
 
 Each check runs in turn and records its measurements (or its error) in OUT.json; the tests read them. A 1-layer
 Gemma-like model (8 query heads, ONE kv head: the MQA layout) keeps every compile small; each strategy's step is
@@ -22,7 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tunix_lite import sharding
+from tunix_lite import planner, sharding
 from tunix_lite.lora import apply_lora, lora_layers
 from tunix_lite.models import Transformer, get_config
 from tunix_lite.training.losses import lm_loss
@@ -132,11 +134,11 @@ def grpo_qlora_model():
     """GRPO's loss (DAPO's clip-higher, a k3 KL with beta > 0) on a QLoRA policy, its frozen reference the base view
     sharing every base array, as the driver builds it (`reference_policy`)."""
     from tunix_lite.rl.grpo import GRPOConfig, loss_from_config
-    from tunix_lite.rl.rollouts import reference_policy
+    from tunix_lite.training.inputs import reference_policy
 
     model = qlora_policy()
     config = GRPOConfig(model="unused", beta=0.04, epsilon_high=0.28, max_new_tokens=8, group_size=4)
-    return model, reference_policy(model, lora=True), nnx.LoRAParam, loss_from_config(config)
+    return model, reference_policy(model), nnx.LoRAParam, loss_from_config(config)
 
 
 def host(tree):
@@ -153,7 +155,7 @@ def run(build, mesh, checkpoint_dir=None, batches=BATCHES):
         start = time.perf_counter()
         compiled = trainer.lower(batches[0]).compile()
         out["compile_s"] = time.perf_counter() - start
-        out["collectives"] = sharding.list_collectives(compiled.as_text())
+        out["collectives"] = planner.list_collectives(compiled.as_text())
     before = host(nnx.state(trainer.model, wrt))
     step1 = trainer.step(batches[0])
     after1 = host(nnx.state(trainer.model, wrt))
@@ -268,8 +270,6 @@ def check_frozen_losses():
 def check_planner():
     """The planner's memory per device against XLA's own plan for the tiny model's full step under each strategy,
     at 8 rows per device (with fewer XLA:CPU keeps less than the planner counts, on one device too)."""
-    from tunix_lite import planner
-
     for strategy in STRATEGIES:
         mesh = sharding.resolve_mesh(strategy)
         rows = 8 * mesh.shape["data"] * mesh.shape["fsdp"]
@@ -280,6 +280,7 @@ def check_rollouts():
     """A LoRA policy trained on 4 devices, its rollout copy on the other 4 synced after a step (adapters only), and
     the trainer's own weights sampled where they are (colocated): all sample what one device samples."""
     from tunix_lite.loading import ASSETS
+    from tunix_lite.rl.engine import WeightSync
     from tunix_lite.sampler import Sampler
     from tunix_lite.tokenizer import Tokenizer
 
@@ -290,7 +291,7 @@ def check_rollouts():
     model = Transformer(CONFIG, rngs=nnx.Rngs(0))
     apply_lora(model, rank=4, alpha=8.0, rngs=nnx.Rngs(1))
     trainer = Trainer(model, optax.sgd(LR), lm_loss, wrt=nnx.LoRAParam, mesh=train_mesh)
-    sync = sharding.WeightSync(trainer.model, rollout_mesh, wrt=nnx.LoRAParam, max_bytes=64 * 2**10)
+    sync = WeightSync(trainer.model, rollout_mesh, wrt=nnx.LoRAParam, max_bytes=64 * 2**10)
     first_copy = dict(sync.last)
     trainer.step(BATCHES[0])
     sent = sync()
@@ -340,7 +341,7 @@ def check_grpo_split():
     import shutil
 
     from tunix_lite.loading import ASSETS
-    from tunix_lite.rl import grpo
+    from tunix_lite.rl import grpo, setup
     from tunix_lite.rl.engine import SamplerEngine
     from tunix_lite.rl.rewards import Rewards
     from tunix_lite.weights.hf import save_hf_model
@@ -364,7 +365,7 @@ def check_grpo_split():
                 steps=3, warmup_steps=0, learning_rate=0.01, beta=0.04, n_accuracy=0, n_test=0, eval_every=0,
                 log_every=1, seed=3)
     runs, printed = {}, {}
-    grpo.SamplerEngine = WatchedEngine
+    setup.SamplerEngine = WatchedEngine  # where rl_setup builds the engine
     try:
         for where, meshes in (("colocated", {}), ("split", {"mesh": "fsdp", "rollout_mesh": {"data": 2, "tensor": 2}})):
             text = io.StringIO()
@@ -373,7 +374,7 @@ def check_grpo_split():
                                             rewards=Rewards({"parity": first_token_parity}))
             printed[where] = [line for line in text.getvalue().splitlines() if line.startswith("rollouts on")]
     finally:
-        grpo.SamplerEngine = SamplerEngine
+        setup.SamplerEngine = SamplerEngine
     colocated, split = (runs[w].history for w in ("colocated", "split"))
     params = [host(nnx.state(runs[w].model, nnx.Param)) for w in ("colocated", "split")]
     RESULTS["grpo/split"] = {

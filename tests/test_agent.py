@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import tunix_lite
-from tunix_lite.agent import (Calculator, Trajectory, calculator_problems, environment_turn_ids, rollout,
-                              trajectory_rows)
 from tunix_lite.chat import format_chat, format_chat_with_mask
 from tunix_lite.data.synthetic import split_of
+from tunix_lite.rl.agent import (Calculator, Trajectory, calculator_problems, environment_turn_ids, rollout,
+                                 trajectory_rows)
 from tunix_lite.sampler import GenerateOutput, left_pad
 
 
@@ -107,7 +107,7 @@ def test_rollouts_answer_calls_in_a_second_turn_of_the_same_batch_size(tokenizer
 
 
 def test_agent_config_refuses_the_reasoning_tasks_held_out_check():
-    from tunix_lite.agent import AgentConfig
+    from tunix_lite.rl.agent import AgentConfig
 
     with pytest.raises(ValueError, match="n_test: 50 is GRPO's held-out check of the reasoning tasks; the agent "
                                          "evaluates calculator problems with n_eval"):

@@ -27,7 +27,8 @@ from safetensors.numpy import load_file
 from tunix_lite.cli import main
 from tunix_lite.data.records import load_records
 from tunix_lite.loading import ASSETS
-from tunix_lite.training.sft import SFTConfig, load_data
+from tunix_lite.training.inputs import load_data, synthetic_tasks
+from tunix_lite.training.sft import SFTConfig
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -207,7 +208,8 @@ def test_every_promised_format_loads_the_same_records(tmp_path):
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "d.parquet"))
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
     for a, b in [("d.jsonl", "d.json"), ("d.csv", "d.parquet"), ("saved", "d.jsonl")]:
-        train, validation = load_data(SFTConfig(train_data=str(tmp_path / a), validation_data=str(tmp_path / b)))
+        config = SFTConfig(train_data=str(tmp_path / a), validation_data=str(tmp_path / b))
+        train, validation = load_data(config, synthetic_tasks)
         assert train.to_list() == rows and validation.to_list() == rows, (a, b)
 
 

@@ -273,13 +273,13 @@ def test_the_worker_runs_in_a_fresh_directory_with_a_scrubbed_environment(tiny, 
     (start / "precious.txt").write_text("keep me")
     monkeypatch.setenv("TUNIX_LITE_TEST_SECRET", "s3cret")
     monkeypatch.chdir(start)
-    wipe = f"""
+    wipe = """
     import shutil
     for name in os.listdir('.'):
         shutil.rmtree(name, ignore_errors=True) if os.path.isdir(name) else os.remove(name)
     def square(x):
-        raise ValueError(json.dumps({{'secret': 'TUNIX_LITE_TEST_SECRET' in os.environ,
-                                      'pwd': 'PWD' in os.environ, 'cwd': os.getcwd()}}))
+        raise ValueError(json.dumps({'secret': 'TUNIX_LITE_TEST_SECRET' in os.environ,
+                                      'pwd': 'PWD' in os.environ, 'cwd': os.getcwd()}))
     """
     report = _grade(tests, notebook(_cell(wipe, RIGHT["double"])))
     assert _scores(report)["double"] == 2

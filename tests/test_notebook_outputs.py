@@ -28,6 +28,16 @@ def test_no_committed_progress_bar_is_frozen(path):
         "--finish-bars-only")
 
 
+def test_refresh_refuses_a_notebook_its_py_pair_no_longer_makes(tmp_path):
+    """Running stale cells would store outputs of code the .py no longer has."""
+    _notebook_with_output(tmp_path / "01_x.ipynb", "10\n")
+    (tmp_path / "01_x.py").write_text("# %%\n# NBVAL_CHECK_OUTPUT\nprint(sum(range(5)))\n")
+    refresh.check_paired(tmp_path / "01_x.ipynb")
+    (tmp_path / "01_x.py").write_text("# %%\n# NBVAL_CHECK_OUTPUT\nprint(sum(range(6)))\n")
+    with pytest.raises(SystemExit, match="jupytext --sync"):
+        refresh.check_paired(tmp_path / "01_x.ipynb")
+
+
 def _notebook_with_output(path: Path, printed: str) -> None:
     cell = {"cell_type": "code", "execution_count": 1, "id": "c0", "metadata": {},
             "source": ["# NBVAL_CHECK_OUTPUT\n", "print(sum(range(5)))"],

@@ -1,5 +1,5 @@
 """The planner: exact sharded parameter bytes, FLOPs that agree with the benchmarks', memory within a stated error
-of XLA's own plan for the real step, and the CLI."""
+of XLA's own plan for the real step, the CLI, and the collectives read from a compiled step's HLO."""
 
 import sys
 from pathlib import Path
@@ -81,3 +81,24 @@ def test_more_devices_less_memory_per_device():
     assert large.memory["parameters"] < small.memory["parameters"]
     assert large.total < small.total
     assert large.times["compute"] < small.times["compute"]
+
+
+def test_collectives_are_counted_per_array_and_cpu_reduce_scatter_is_recognised():
+    hlo = """
+%fused_slice (p: f32[8,4]) -> f32[1,4] {
+  %p = f32[8,4]{1,0} parameter(0)
+  ROOT %dynamic-slice.1 = f32[1,4]{1,0} dynamic-slice(%p, %c, %c), dynamic_slice_sizes={1,4}
+}
+
+ENTRY %main (a: f32[8,4], b: f32[16]) -> f32[1,4] {
+  %all-reduce.1 = (f32[8,4]{1,0}, f32[16]{0}, f32[]) all-reduce(%a, %b, %s), replica_groups={}, to_apply=%add
+  %get-tuple-element.1 = f32[8,4]{1,0} get-tuple-element(%all-reduce.1), index=0
+  %get-tuple-element.2 = f32[16]{0} get-tuple-element(%all-reduce.1), index=1
+  %get-tuple-element.3 = f32[] get-tuple-element(%all-reduce.1), index=2
+  %fusion.1 = f32[1,4]{1,0} fusion(%get-tuple-element.1), kind=kLoop, calls=%fused_slice
+  %all-gather.1 = f32[16,4]{1,0} all-gather(%w), dimensions={0}
+  ROOT %add.2 = f32[16]{0} add(%get-tuple-element.2, %get-tuple-element.2)
+}
+"""
+    assert planner.count_collectives(hlo) == {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 1,
+                                              "all-to-all": 0, "collective-permute": 0}

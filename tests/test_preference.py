@@ -8,6 +8,7 @@ compiles in about a second; they hold for any model `sequence_log_probs` can sco
 
 import json
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +24,9 @@ from tunix_lite.data.sft import SFTData, TruncationReport
 from tunix_lite.lora import apply_lora, without_adapters
 from tunix_lite.preference.data import PreferenceBatches, PreferenceData
 from tunix_lite.models import Transformer
-from tunix_lite.preference.dpo import (DPOConfig, PreferenceLoss, completion_sums, reference_log_probs,
-                                       reference_model, scoring)
+from tunix_lite.preference.dpo import DPOConfig, PreferenceLoss
+from tunix_lite.preference.scoring import completion_sums, reference_log_probs, scoring
+from tunix_lite.training.inputs import reference_policy
 from tunix_lite.training.trainer import Trainer, evaluate, pad_batch
 
 T, VOCAB = 16, 97
@@ -171,14 +173,15 @@ def test_a_shared_prompt_scores_and_trains_as_the_separate_rows():
 
 
 def test_lora_reference_is_the_base_view():
-    """With LoRA, reference_model is the base with adapters off: at the start policy == reference (loss log 2),
+    """With LoRA, reference_policy is the base with adapters off: at the start policy == reference
+    (loss log 2),
     and after the adapters move, the reference still scores exactly as the model without LoRA."""
     data = random_pairs(4, seed=3)
     batch = PreferenceBatches(data, 4, shuffle=False).epoch(0)[0]
     model = model_pair(4)[0]
     base_logps = reference_log_probs(nnx.clone(model), data, 4)
     apply_lora(model, rank=2, alpha=4.0, targets=("out",), rngs=nnx.Rngs(0))
-    reference = reference_model(model)
+    reference = reference_policy(model)
     loss_fn = PreferenceLoss("sigmoid")
     assert evaluate(model, loss_fn, [batch], frozen=reference)["loss"] == pytest.approx(np.log(2), rel=1e-6)
     trainer = Trainer(model, optax.adam(1e-2), loss_fn, wrt=nnx.LoRAParam, frozen=reference)
@@ -297,15 +300,21 @@ def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
 
 
 def test_heldout_report_of_the_reference_itself_ties_every_pair():
-    """The held-out scale of scripts/preference_results.py: before training (policy == reference) every margin is
-    exactly 0, so rewards/accuracies is 0 and the loss log 2 (no float noise counted as a win)."""
+    """The held-out scale of course/results/scripts/preference.py: before training (policy ==
+    reference) every margin is exactly 0, so rewards/accuracies is 0 and the loss log 2 (no float
+    noise counted as a win)."""
+    import importlib.util
+
     import tunix_lite
     from tunix_lite.data.synthetic import preference_pairs
-    from tunix_lite.preference.evaluation import heldout_report
 
+    path = Path(__file__).resolve().parents[1] / "course" / "results" / "scripts" / "preference.py"
+    spec = importlib.util.spec_from_file_location("preference_results", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     model, tokenizer = tunix_lite.load("tiny")
-    scores = heldout_report(model, model, tokenizer, preference_pairs(6, seed=3, split="test"), batch_size=8,
-                            generate=False)
+    pairs = preference_pairs(6, seed=3, split="test")
+    scores = script.heldout_report(model, model, tokenizer, pairs, batch_size=8, generate=False)
     assert scores["rewards/margins"] == 0 and scores["rewards/accuracies"] == 0 and scores["count"] == 6
     assert scores["loss"] == pytest.approx(np.log(2), rel=1e-6)
 

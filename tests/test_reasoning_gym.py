@@ -14,8 +14,10 @@ from tunix_lite.data import reasoning_gym, reasoning_gym_scorer
 from tunix_lite.data.reasoning_gym import INSTRUCTION, TaskSpec, make_records, parse_spec
 from tunix_lite.pipeline import load_pipeline
 from tunix_lite.rl.rewards import reward_set
-from tunix_lite.training.sft import SFTConfig, load_data
-from tunix_lite.verifiers import check_math, default_pool, reward_math
+from tunix_lite.training.inputs import load_data, synthetic_tasks
+from tunix_lite.training.sft import SFTConfig
+from tunix_lite.math_answers import check_math
+from tunix_lite.verifiers import default_pool, reward_math
 
 SPEC = "reasoning_gym:leg_counting,basic_arithmetic?size=500&seed=7&basic_arithmetic.max_terms=2"
 SMALL = "reasoning_gym:leg_counting,basic_arithmetic?size=5&basic_arithmetic.operators=[+, -]"
@@ -84,7 +86,8 @@ def test_records_mix_the_tasks_evenly_and_are_a_function_of_the_seed():
 
 
 def test_train_data_takes_a_spec_with_an_unseen_validation_split_by_default():
-    train, validation = load_data(SFTConfig(train_data=f"{LEGS}?size=24", n_validation=8))
+    config = SFTConfig(train_data=f"{LEGS}?size=24", n_validation=8)
+    train, validation = load_data(config, synthetic_tasks)
     assert (len(train), len(validation)) == (24, 8)
     assert {"prompt", "answer", "domain", "entry", "completion"} <= set(train.column_names)
     assert not set(train["prompt"]) & set(validation["prompt"])

@@ -17,11 +17,13 @@ from tunix_lite.data.synthetic import make_splits, reward_exact_match, reward_fo
 from tunix_lite.loading import ASSETS
 from tunix_lite.models import Transformer
 from tunix_lite.rl.engine import SamplerEngine
-from tunix_lite.rl.grpo import GRPOConfig, grpo_loss, grpo_rows, loss_from_config
+from tunix_lite.rl.grpo import GRPOConfig, grpo_rows, loss_from_config
+from tunix_lite.rl.losses import grpo_loss
 from tunix_lite.rl.ppo import last_token_rewards, policy_and_values
 from tunix_lite.rl.rewards import RewardError, Rewards, overlong_penalty
-from tunix_lite.rl.rollouts import Prompts, RolloutStream, old_log_probs, reference_policy, sample_groups
+from tunix_lite.rl.rollouts import GroupSampler, Prompts, RolloutStream, old_log_probs, sample_groups
 from tunix_lite.tokenizer import Tokenizer, padding_id
+from tunix_lite.training.inputs import reference_policy
 from tunix_lite.training.losses import sequence_log_probs
 from tunix_lite.training.trainer import Trainer
 
@@ -101,7 +103,7 @@ def test_ratio_is_one_at_the_first_inner_iteration_and_kl_is_zero_against_itself
     groups = sample_groups(engine, prompts, range(4), Rewards({"parity": first_token_parity}), group_size=3,
                            max_new_tokens=8, row_len=prompts.length + 7, seed=0)
     rows = groups.rows(padding_id(tokenizer)) | {"advantages": groups.rewards - 0.5}
-    reference = reference_policy(policy, lora=False)
+    reference = reference_policy(policy)
     options = dict(beta=0.1, kl_estimator="k3")
     _, metrics = grpo_loss(policy, rows, reference, **options)  # mu = 1: old = stop_gradient(current)
     assert float(metrics["ratio"]) == 1.0 and float(metrics["kl"]) == 0.0
@@ -155,12 +157,11 @@ def test_rollouts_and_steps_compile_once_across_prompt_lengths(tokenizer, record
     assert len({len(ids) for ids in prompts.ids}) > 3  # the prompts really differ in length
     # dynamic sampling also samples from a bfloat16 copy, remade after every update without recompiling
     engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length, weights_dtype="bfloat16" if dynamic else None)
-    stream = RolloutStream(config, policy, engine, prompts, Rewards({"parity": first_token_parity}),
-                           grpo_rows(config, policy, padding_id(tokenizer), {"parity": 1.0}),
-                           dynamic_sampling=dynamic,
-                           max_refills=config.max_refills)
+    sampler = GroupSampler(config, policy, engine, prompts, Rewards({"parity": first_token_parity}))
+    stream = RolloutStream(config, sampler, grpo_rows(config, policy, padding_id(tokenizer), {"parity": 1.0}),
+                           dynamic_sampling=dynamic, max_refills=config.max_refills)
     trainer = Trainer(policy, optax.adam(1e-3), loss_from_config(config),
-                      frozen=reference_policy(policy, lora=False))
+                      frozen=reference_policy(policy))
     with jax.log_compiles(), caplog.at_level(logging.WARNING):
         history = trainer.fit(stream.batches(0), 12, log_every=4, host_metrics=stream.metrics,
                               show=("reward", "kl"))
@@ -180,8 +181,9 @@ def test_dynamic_sampling_keeps_only_informative_groups(tokenizer, records):
                         dynamic_sampling=True, max_refills=3)
     policy = small_policy(tokenizer, seed=3)
     prompts = Prompts.build(records, tokenizer, max_tokens=99)
-    stream = RolloutStream(config, policy, SamplerEngine(policy, tokenizer, prompt_len=prompts.length), prompts,
-                           Rewards({"parity": first_token_parity}), None, dynamic_sampling=True, max_refills=3)
+    sampler = GroupSampler(config, policy, SamplerEngine(policy, tokenizer, prompt_len=prompts.length), prompts,
+                           Rewards({"parity": first_token_parity}))
+    stream = RolloutStream(config, sampler, None, dynamic_sampling=True, max_refills=3)
     groups, stats = stream.rollout(0, range(4))
     assert len(groups) <= 4 and np.all(groups.informative())
     assert stats["rollouts"] >= 1 and stats["kept_groups"] == len(groups) / 4
@@ -208,6 +210,19 @@ def test_cli_reports_bad_rl_configs_in_one_line(tmp_path, capsys):
         assert main(["train", "--config", str(path)]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "agent"])
+def test_every_rl_driver_splits_devices_for_a_rollout_mesh(tmp_path, capsys, algorithm):
+    """PPO and the agent take `rollout_mesh:` as GRPO does (rl_setup's split_devices), checked before
+    any model loads."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": algorithm, "model": str(tmp_path / "no_model_here"),
+                                    "rollout_mesh": {"fsdp": 2}}))
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "rollout_mesh: {'fsdp': 2} needs 2 device(s) and the trainer at least 1 more" in err, err
+    assert len(err.splitlines()) == 1, err
 
 
 RUN = dict(model="tiny", n_train=32, n_validation=8, n_accuracy=8, seq_len=120, max_new_tokens=24, batch_size=2,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tunix_lite.rl.grpo import grpo_objective
+from tunix_lite.rl.losses import grpo_objective
 
 torch = pytest.importorskip("torch")
 trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")

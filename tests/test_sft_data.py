@@ -4,7 +4,8 @@ import datasets
 import numpy as np
 import pytest
 
-from tunix_lite.data.sft import SFTBatches, load_records, mix_domains, packed_rows, tokenize_sft
+from tunix_lite.data.records import load_records
+from tunix_lite.data.sft import SFTBatches, mix_domains, packed_rows, tokenize_sft
 from tunix_lite.data.synthetic import make_splits
 from tunix_lite.loading import load
 from tunix_lite.chat import format_chat

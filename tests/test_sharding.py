@@ -179,34 +179,11 @@ def test_rules_split_whole_heads_only_and_skip_size_one_axes():
     assert logical_to_spec(("batch",), (3,), mesh) == P()  # 3 rows do not split 2 ways
 
 
-def test_collectives_are_counted_per_array_and_cpu_reduce_scatter_is_recognised():
-    from tunix_lite.sharding import count_collectives
-
-    hlo = """
-%fused_slice (p: f32[8,4]) -> f32[1,4] {
-  %p = f32[8,4]{1,0} parameter(0)
-  ROOT %dynamic-slice.1 = f32[1,4]{1,0} dynamic-slice(%p, %c, %c), dynamic_slice_sizes={1,4}
-}
-
-ENTRY %main (a: f32[8,4], b: f32[16]) -> f32[1,4] {
-  %all-reduce.1 = (f32[8,4]{1,0}, f32[16]{0}, f32[]) all-reduce(%a, %b, %s), replica_groups={}, to_apply=%add
-  %get-tuple-element.1 = f32[8,4]{1,0} get-tuple-element(%all-reduce.1), index=0
-  %get-tuple-element.2 = f32[16]{0} get-tuple-element(%all-reduce.1), index=1
-  %get-tuple-element.3 = f32[] get-tuple-element(%all-reduce.1), index=2
-  %fusion.1 = f32[1,4]{1,0} fusion(%get-tuple-element.1), kind=kLoop, calls=%fused_slice
-  %all-gather.1 = f32[16,4]{1,0} all-gather(%w), dimensions={0}
-  ROOT %add.2 = f32[16]{0} add(%get-tuple-element.2, %get-tuple-element.2)
-}
-"""
-    assert count_collectives(hlo) == {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 1, "all-to-all": 0,
-                                      "collective-permute": 0}
-
-
 def test_reshard_moves_in_bounded_chunks():
     import jax
     import jax.numpy as jnp
 
-    from tunix_lite.sharding import reshard
+    from tunix_lite.rl.engine import reshard
 
     tree = {"a": jnp.ones((256,)), "b": jnp.ones((256,)), "c": jnp.ones((1024,)), "d": jnp.ones((8,))}
     target = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -253,7 +230,8 @@ def test_rollout_mesh_errors_name_the_key_and_the_fix(tmp_path, capsys, rollout_
 
 
 def test_split_devices_leave_the_trainer_the_rest_and_refuse_overlaps():
-    from tunix_lite.rl.grpo import GRPOConfig, split_devices
+    from tunix_lite.rl.grpo import GRPOConfig
+    from tunix_lite.rl.setup import split_devices
     from tunix_lite.training.config import ConfigError
 
     devices = [f"d{i}" for i in range(8)]  # the split is device bookkeeping: no device is touched until a mesh is made

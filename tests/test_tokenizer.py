@@ -8,6 +8,8 @@ real Gemma 3 tokenizer built from the GGUF against transformers loading the same
 import json
 import re
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sentencepiece as spm
@@ -264,6 +266,27 @@ def test_missing_gemma_extra_says_what_to_install(monkeypatch, tmp_path, missing
     monkeypatch.setitem(sys.modules, missing, None)  # makes `import missing` raise ImportError
     with pytest.raises(ImportError, match=re.escape('pip install "tunix-lite[gemma]"')):
         gemma3_270m_dir()
+
+
+def test_concurrent_gemma_callers_convert_once(monkeypatch, tmp_path):
+    """Two callers at once (two pytest workers, two notebooks): one converts, the other waits for its result."""
+    from tunix_lite.weights import gguf
+
+    monkeypatch.setenv("TUNIX_LITE_CACHE", str(tmp_path))
+    monkeypatch.setattr(gguf, "gemma3_gguf_path", lambda: tmp_path / "model.gguf")
+    conversions = []
+
+    def slow_convert(gguf_path, out_dir):
+        conversions.append(out_dir)
+        time.sleep(0.5)  # the other caller arrives while this one converts
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"")
+        return out_dir
+
+    monkeypatch.setattr(gguf, "convert_gguf", slow_convert)
+    with ThreadPoolExecutor(2) as pool:
+        dirs = list(pool.map(lambda _: gguf.gemma3_270m_dir(verbose=False), range(2)))
+    assert conversions == [tmp_path / "gemma3-270m"] and dirs == conversions * 2
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from flax import nnx
 from tunix_lite.models import Transformer
 from tunix_lite.training.checkpoint import Checkpoints
 from tunix_lite.training.losses import lm_loss, masked_mean, sequence_log_probs
-from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate, pad_batch, plot_history
+from tunix_lite.training.evals import plot_history
+from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate, pad_batch
 
 from test_model import small_config
 
@@ -180,8 +181,11 @@ def test_eval_hook_cadence_and_plot():
     assert [h["step"] for h in history if "eval_loss" in h] == [2, 4, 5]
     assert history[1]["eval_count"] == sum(b["weights"].sum() for b in val)
 
-    fig = plot_history(history, keys=["loss", "eval_loss"])
+    fig = plot_history(history, keys=[("loss", "eval_loss")])  # a tuple shares one panel
     assert [line.get_label() for line in fig.axes[0].get_lines()] == ["loss", "eval_loss"]
+    fig = plot_history(history, keys=["loss", "eval_loss", "kl"])  # a panel each; "kl" left out
+    panels = [[line.get_label() for line in ax.get_lines()] for ax in fig.axes]
+    assert panels == [["loss"], ["eval_loss"]]
     with pytest.raises(KeyError, match="no history entry has 'accuracy'"):
         plot_history(history, keys="accuracy")
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from tunix_lite.verifiers import (VerifierPool, _judge, check_code, check_math, check_steps,
-                                  evaluate_expression, reward_code, reward_math, reward_steps,
-                                  verifier_reward)
+from tunix_lite.math_answers import check_math, evaluate_expression
+from tunix_lite.verifiers import (VerifierPool, _judge, check_code, check_steps, reward_code,
+                                  reward_math, reward_steps, verifier_reward)
 
 
 # Check functions the workers import by name (they must live at the top level of a module).

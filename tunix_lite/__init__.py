@@ -1,4 +1,5 @@
-"""tunix_lite: LLM post-training in JAX + Flax NNX, small enough to read, complete enough to build on.
+"""tunix_lite: LLM post-training in JAX + Flax NNX, small enough to read,
+complete enough to build on.
 
 Importing the package does no work (and does not import jax), so a notebook can still set XLA flags
 after `import tunix_lite`.

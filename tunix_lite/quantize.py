@@ -1,14 +1,15 @@
 """Frozen weights stored in 8 or 4 bits for QLoRA (Dettmers et al. 2023), dequantized on the fly.
 
-- int8: one scale per output channel, w ≈ q * absmax / 127 with q in [-127, 127]. Error ≤ half a step,
-  absmax / 127 / 2. Bytes per weight: 1 + 4 / in_features.
-- nf4: blocks of 64 consecutive weights (row-major over [in, out]), w ≈ NF4[i] * absmax_block, the 4-bit
-  indices packed two per byte. Error ≤ half the widest gap between adjacent codes (that between -1 and
-  -0.696) times the block's absmax. Bytes per weight: 0.5 + 4 / 64.
+- int8: one scale per output channel, w ≈ q * absmax / 127 with q in [-127, 127]. Error ≤ half a
+  step, absmax / 127 / 2. Bytes per weight: 1 + 4 / in_features.
+- nf4: blocks of 64 consecutive weights (row-major over [in, out]), w ≈ NF4[i] * absmax_block, the
+  4-bit indices packed two per byte. Error ≤ half the widest gap between adjacent codes (that
+  between -1 and -0.696) times the block's absmax. Bytes per weight: 0.5 + 4 / 64.
 
-Departures from the QLoRA paper: the block scales stay float32 (QLoRA quantizes them again to 8 bits,
-"double quantization", 0.127 instead of 0.5 bits per weight); no paged optimizer; the whole kernel is
-dequantized inside each layer call, so the saving is in the stored weights, not in a layer's peak.
+Departures from the QLoRA paper: the block scales stay float32 (QLoRA quantizes them again to 8
+bits, "double quantization", 0.127 instead of 0.5 bits per weight); no paged optimizer; the whole
+kernel is dequantized inside each layer call, so the saving is in the stored weights, not in a
+layer's peak.
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ from flax import nnx
 NF4 = np.array([
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
     -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+    0.7229568362236023, 1.0,
 ], np.float32)
 NF4_BLOCK = 64
 FORMATS = ("int8", "nf4")
 
 
 class QTensor(NamedTuple):
-    """A quantized 2-D weight. Pass its arrays through jit, not the tuple: fmt and shape are static."""
+    """A quantized 2-D weight. Pass its arrays through jit, not the tuple:
+    fmt and shape are static."""
 
     codes: jax.Array  # int8: int8 [in, out]; nf4: uint8 [n_blocks, 32], two 4-bit indices per byte
     scales: jax.Array  # float32; int8: [out]; nf4: [n_blocks], the block absmax
@@ -43,16 +46,18 @@ class QTensor(NamedTuple):
 
 
 class QuantizedWeight(nnx.Variable):
-    """Codes or scales of a frozen quantized kernel. Not an nnx.Param, so `wrt` filters (gradients and
-    the optimizer) never select it, under nnx.Param or nnx.LoRAParam alike."""
+    """Codes or scales of a frozen quantized kernel. Not an nnx.Param, so `wrt` filters (gradients
+    and the optimizer) never select it, under nnx.Param or nnx.LoRAParam alike."""
 
 
-# Jitted with the format static: one compile per weight shape, instead of one per eager op and shape.
+# Jitted with the format static: one compile per weight shape,
+# instead of one per eager op and shape.
 @partial(jax.jit, static_argnames="fmt")
 def _quantize(w: jax.Array, fmt: str) -> tuple[jax.Array, jax.Array]:
     if fmt == "int8":
         step = jnp.max(jnp.abs(w), axis=0) / 127  # [out]
-        codes = jnp.clip(jnp.round(w / jnp.where(step == 0, 1.0, step)), -127, 127)  # a zero column stays 0
+        # a zero column stays 0
+        codes = jnp.clip(jnp.round(w / jnp.where(step == 0, 1.0, step)), -127, 127)
         return codes.astype(jnp.int8), step
     flat = jnp.pad(w.reshape(-1), (0, -w.size % NF4_BLOCK))  # zero-pad so every block is full
     blocks = flat.reshape(-1, NF4_BLOCK)  # [n_blocks, 64]
@@ -81,19 +86,21 @@ def quantize(w: jax.Array, fmt: str) -> QTensor:
 
 
 def dequantize(q: QTensor, dtype=jnp.float32) -> jax.Array:
-    """QTensor -> w [in, out] in `dtype`. Also traceable: QLoRALinear calls it in the jitted forward."""
+    """QTensor -> w [in, out] in `dtype`. Also traceable:
+    QLoRALinear calls it in the jitted forward."""
     return _dequantize(q.codes, q.scales, q.fmt, tuple(q.shape), jnp.dtype(dtype))
 
 
 def _nbytes(model: nnx.Module, *filters) -> int:
-    # size * itemsize, not .nbytes: also works on nnx.eval_shape models (shapes only, nothing allocated)
+    # size * itemsize, not .nbytes: also works on nnx.eval_shape models (shapes only,
+    # nothing allocated)
     return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nnx.state(model, *filters)))
 
 
 def memory_report(model: nnx.Module, *, wrt=nnx.LoRAParam, moments: int = 2) -> dict[str, int]:
-    """Bytes by category: float base weights (every nnx.Param that is not an adapter: embeddings, norms,
-    unquantized kernels), quantized base weights, adapters, and an optimizer-state estimate of `moments`
-    copies of the trained (`wrt`) variables (2 for Adam's m and v)."""
+    """Bytes by category: float base weights (every nnx.Param that is not an adapter: embeddings,
+    norms, unquantized kernels), quantized base weights, adapters, and an optimizer-state estimate
+    of `moments` copies of the trained (`wrt`) variables (2 for Adam's m and v)."""
     report = {
         "base_float": _nbytes(model, nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam))),
         "base_quantized": _nbytes(model, QuantizedWeight),

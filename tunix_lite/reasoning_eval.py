@@ -1,27 +1,32 @@
-"""Held-out evaluation of a reasoning model, and test-time scaling: did the reasoning improve, in numbers?
+"""Held-out evaluation of a reasoning model, and test-time scaling: did the reasoning improve,
+in numbers?
 
     report = evaluate_reasoning(model, tokenizer, test_records, samples=16)
-    report.summary                  # greedy accuracy (+ per domain), format, reasoning-marker rate, answer length,
-                                    # pass@k and maj@k over the samples
-    report.scaling                  # {N: pass@N, best-of-N, maj@N and the compute they cost}, N = 1, 2, 4, ... samples
+    report.summary   # greedy accuracy (+ per domain), format, reasoning-marker rate, answer length,
+                     # pass@k and maj@k over the samples
+    report.scaling   # {N: pass@N, best-of-N, maj@N and the compute they cost},
+                     # N = 1, 2, 4, ... samples
 
-One greedy answer and `samples` sampled answers per prompt (`Sampler.generate(num_samples=N)`: one prefill per
-prompt, shared by its N samples). Every figure for k < N samples is an exact (or, for majority votes over many
-subsets, a seeded Monte Carlo) expectation over the k-subsets of the N samples drawn, so one sampling pass gives
-the whole curve:
+One greedy answer and `samples` sampled answers per prompt (`Sampler.generate(num_samples=N)`: one
+prefill per prompt, shared by its N samples). Every figure for k < N samples is an exact (or, for
+majority votes over many subsets, a seeded Monte Carlo) expectation over the k-subsets of the N
+samples drawn, so one sampling pass gives the whole curve:
 
-- pass@k: some one of k samples is right: the unbiased estimator 1 - C(n-c, k) / C(n, k) of Chen et al. (2021),
-  with c right answers among n samples. It is also best-of-k with a perfect verifier (one that knows the
-  reference answer, as `reward_exact_match` and `tunix_lite.verifiers.reward_math` do).
-- best-of-k: the sample a reference-free score ranks first (`tunix_lite.verifiers.check_steps`, worked arithmetic
-  that checks out, plus the format), ties broken at random; what a deployed system without the answer can do.
-- maj@k (self-consistency, Wang et al. 2023): the most frequent tagged answer of k samples (ties at random).
+- pass@k: some one of k samples is right: the unbiased estimator 1 - C(n-c, k) / C(n, k) of Chen
+  et al. (2021), with c right answers among n samples. It is also best-of-k with a perfect verifier
+  (one that knows the reference answer, as `reward_exact_match` and
+  `tunix_lite.verifiers.reward_math` do).
+- best-of-k: the sample a reference-free score ranks first (`tunix_lite.verifiers.check_steps`,
+  worked arithmetic that checks out, plus the format), ties broken at random; what a deployed
+  system without the answer can do.
+- maj@k (self-consistency, Wang et al. 2023): the most frequent tagged answer of k samples
+  (ties at random).
 
 Right and wrong are the training reward's verdict (`reward_fn`, exact match by default; full
 marks count as right).
 
-Compute cost of N samples per prompt: the prompt's prefill once plus N completions, in generated tokens and in
-forward FLOPs (2 x parameters per token, attention ignored).
+Compute cost of N samples per prompt: the prompt's prefill once plus N completions, in generated
+tokens and in forward FLOPs (2 x parameters per token, attention ignored).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ import numpy as np
 from tunix_lite.data.synthetic import answer_of, has_reasoning, reward_exact_match, reward_format
 
 SCALING = (1, 2, 4, 8, 16)
-MAX_SUBSETS = 2000  # majority votes: every k-subset when there are at most this many, else this many at random
+# majority votes: every k-subset when there are at most this many, else this many at random
+MAX_SUBSETS = 2000
 
 
-# ----------------------------------------------------------------------------- estimators (pure, on counts)
+# --------------------------------------------------------------------- estimators (pure, on counts)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -57,9 +63,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def best_of_k(scores: Sequence[float], correct: Sequence[bool], k: int) -> float:
-    """Expected correctness of the top-scored sample of a random k-subset (ties broken uniformly), exactly:
-    a sample with t - 1 equal-scored rivals and a below it is chosen when j - 1 rivals and k - j lower samples
-    join it, then wins the tie with probability 1 / j."""
+    """Expected correctness of the top-scored sample of a random k-subset (ties broken uniformly),
+    exactly: a sample with t - 1 equal-scored rivals and a below it is chosen when j - 1 rivals and
+    k - j lower samples join it, then wins the tie with probability 1 / j."""
     n = len(scores)
     if not 1 <= k <= n:
         raise ValueError(f"best_of_k needs 1 <= k <= {n}, got {k}")
@@ -70,7 +76,8 @@ def best_of_k(scores: Sequence[float], correct: Sequence[bool], k: int) -> float
         if not correct[i]:
             continue
         below, ties = int(np.sum(scores < scores[i])), int(np.sum(scores == scores[i]))
-        expected += sum(math.comb(ties - 1, j - 1) * math.comb(below, k - j) / j for j in range(1, min(k, ties) + 1))
+        expected += sum(math.comb(ties - 1, j - 1) * math.comb(below, k - j) / j
+                        for j in range(1, min(k, ties) + 1))
     return expected / total
 
 
@@ -131,8 +138,8 @@ class ReasoningReport:
 
     @classmethod
     def from_json(cls, data: Mapping) -> ReasoningReport:
-        return cls(dict(data["summary"]), {int(k): v for k, v in data["scaling"].items()}, list(data["examples"]),
-                   float(data["seconds"]))
+        return cls(dict(data["summary"]), {int(k): v for k, v in data["scaling"].items()},
+                   list(data["examples"]), float(data["seconds"]))
 
 
 def _params(model) -> int:
@@ -167,18 +174,21 @@ def sample_completions(model, tokenizer, records: Sequence[Mapping], *, samples:
     return completions, lengths
 
 
-def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples: int = 16, temperature: float = 1.0,
-                       top_p: float | None = None, max_new_tokens: int | None = None, batch_size: int = 16,
+def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples: int = 16,
+                       temperature: float = 1.0, top_p: float | None = None,
+                       max_new_tokens: int | None = None, batch_size: int = 16,
                        scaling: Sequence[int] = SCALING, seed: int = 0, template: str | None = None,
                        score_fn=None, reward_fn=reward_exact_match) -> ReasoningReport:
-    """Greedy and sampled answers of `model` to `records` ({"prompt", "answer"[, "domain", "completion"]}).
+    """Greedy and sampled answers of `model` to `records`
+    ({"prompt", "answer"[, "domain", "completion"]}).
 
     summary: accuracy (greedy, scored right by `reward_fn`, the training reward: exact match by
     default), format (the tagged answer ends the reply), reasoning (a closed, non-empty <reasoning>
     block: the reasoning-marker rate), length (greedy reply tokens), accuracy/<domain>; then over
     the samples: pass@k and maj@k for each k in `scaling` up to `samples`, sampled_format,
     sampled_length.
-    score_fn(completions) -> scores for best-of-N (default: `check_steps` in the verifier pool plus the format).
+    score_fn(completions) -> scores for best-of-N (default: `check_steps` in the verifier pool plus
+    the format).
     """
     from tunix_lite.evaluation import RIGHT, TaskEval, score
 
@@ -200,7 +210,8 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
     repeated = [r for r in records for _ in range(samples)]
     right = (score(reward_fn, repeated, completions) >= RIGHT).reshape(len(records), samples)
     answers = [answer_of(c) for c in completions]
-    scores = np.asarray(score_fn(completions) if score_fn else _default_scores(completions)).reshape(right.shape)
+    scores = np.asarray(score_fn(completions) if score_fn
+                        else _default_scores(completions)).reshape(right.shape)
 
     summary["sampled_format"] = float(np.mean(reward_format(None, completions)))
     summary["sampled_length"] = float(np.mean(lengths))
@@ -214,20 +225,24 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
         scaling_out[k] = {"pass": pass_k, "best_of": float(best_k), "majority": maj_k,
                           "tokens": tokens, "flops": flops_per_token * (prompt_tokens + tokens)}
         summary[f"pass@{k}"], summary[f"maj@{k}"] = pass_k, maj_k
-    examples = [{"prompt": r["prompt"], "answer": r["answer"], "greedy": t} for r, t in zip(records[:4], texts)]
+    examples = [{"prompt": r["prompt"], "answer": r["answer"], "greedy": t}
+                for r, t in zip(records[:4], texts)]
     return ReasoningReport(summary, scaling_out, examples, time.perf_counter() - start)
 
 
 def _default_scores(completions: Sequence[str]) -> np.ndarray:
-    """Reference-free best-of-N score: worked arithmetic that checks out (in the verifier pool) plus the format."""
+    """Reference-free best-of-N score: worked arithmetic that checks out
+    (in the verifier pool) plus the format."""
     from tunix_lite.verifiers import reward_steps
 
-    return np.asarray(reward_steps(None, completions)) + np.asarray(reward_format(None, completions))
+    return (np.asarray(reward_steps(None, completions))
+            + np.asarray(reward_format(None, completions)))
 
 
 # ----------------------------------------------------------------------------- tables and plots
 
-_COLUMNS = (("accuracy", "greedy acc"), ("format", "format"), ("reasoning", "reasoning"), ("length", "length"))
+_COLUMNS = (("accuracy", "greedy acc"), ("format", "format"), ("reasoning", "reasoning"),
+            ("length", "length"))
 
 
 def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
@@ -241,10 +256,12 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
                    (f"maj@{ks[-1]}", f"maj@{ks[-1]}")]
         domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
                           if k.startswith("accuracy/")})
-        columns = list(_COLUMNS[:1]) + sampled + list(_COLUMNS[1:]) + [(f"accuracy/{d}", d) for d in domains]
+        columns = (list(_COLUMNS[:1]) + sampled + list(_COLUMNS[1:])
+                   + [(f"accuracy/{d}", d) for d in domains])
     else:  # another evaluation's figures (e.g. the agent's with / without the tool), as they come
         columns = [(key, key) for key in first]
-    lines = ["| stage | " + " | ".join(title for _, title in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = ["| stage | " + " | ".join(title for _, title in columns) + " |",
+             "|---" * (len(columns) + 1) + "|"]
     for stage, report in reports.items():
         cells = [_cell(key, report.summary.get(key)) for key, _ in columns]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
@@ -259,20 +276,24 @@ def _cell(key: str, value) -> str:
 
 
 def scaling_table(reports: Mapping[str, ReasoningReport]) -> str:
-    """Markdown: accuracy vs N samples per stage (pass@N / best-of-N / maj@N) and generated tokens per prompt."""
-    lines = ["| stage | N | tokens/prompt | pass@N | best-of-N | maj@N |", "|---|---|---|---|---|---|"]
+    """Markdown: accuracy vs N samples per stage
+    (pass@N / best-of-N / maj@N) and generated tokens per prompt."""
+    lines = ["| stage | N | tokens/prompt | pass@N | best-of-N | maj@N |",
+             "|---|---|---|---|---|---|"]
     for stage, report in reports.items():
         for n, row in report.scaling.items():
-            lines.append(f"| {stage} | {n} | {row['tokens']:.0f} | {row['pass']:.2f} | {row['best_of']:.2f} | "
-                         f"{row['majority']:.2f} |")
+            lines.append(f"| {stage} | {n} | {row['tokens']:.0f} | {row['pass']:.2f} | "
+                         f"{row['best_of']:.2f} | {row['majority']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def plot_stages(reports: Mapping[str, ReasoningReport]):
-    """Bar chart: greedy accuracy per domain (and overall), one bar group per stage. Returns a Figure."""
+    """Bar chart: greedy accuracy per domain (and overall),
+    one bar group per stage. Returns a Figure."""
     from matplotlib.figure import Figure
 
-    domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary if k.startswith("accuracy/")})
+    domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
+                      if k.startswith("accuracy/")})
     keys = ["accuracy"] + [f"accuracy/{d}" for d in domains]
     labels = ["all"] + domains
     first = next(iter(reports.values())).summary if reports else {}
@@ -282,7 +303,8 @@ def plot_stages(reports: Mapping[str, ReasoningReport]):
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(reports))
     for i, (stage, report) in enumerate(reports.items()):
-        ax.bar(np.arange(len(keys)) + i * width, [report.summary.get(k, 0.0) for k in keys], width, label=stage)
+        ax.bar(np.arange(len(keys)) + i * width, [report.summary.get(k, 0.0) for k in keys], width,
+               label=stage)
     ax.set_xticks(np.arange(len(keys)) + width * (len(reports) - 1) / 2, labels, rotation=20)
     ax.set_ylabel("held-out (greedy)")
     ax.set_ylim(0, 1)
@@ -293,9 +315,9 @@ def plot_stages(reports: Mapping[str, ReasoningReport]):
 
 
 def plot_scaling(reports: Mapping[str, ReasoningReport]):
-    """Test-time scaling: held-out accuracy vs generated tokens per prompt (N = 1, 2, 4, ... samples), one colour
-    per stage; solid maj@N (self-consistency), dashed best-of-N (reference-free score), dotted pass@N (a perfect
-    verifier). Returns a Figure."""
+    """Test-time scaling: held-out accuracy vs generated tokens per prompt (N = 1, 2, 4, ...
+    samples), one colour per stage; solid maj@N (self-consistency), dashed best-of-N (reference-free
+    score), dotted pass@N (a perfect verifier). Returns a Figure."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 4))
@@ -305,8 +327,9 @@ def plot_scaling(reports: Mapping[str, ReasoningReport]):
         ns = sorted(report.scaling)
         x = [report.scaling[n]["tokens"] for n in ns]
         for key, style in (("majority", "-"), ("best_of", "--"), ("pass", ":")):
-            line, = ax.plot(x, [report.scaling[n][key] for n in ns], style, marker="o", markersize=3,
-                            color=colours.get(stage), label=f"{stage}" if key == "majority" else None)
+            line, = ax.plot(x, [report.scaling[n][key] for n in ns], style, marker="o",
+                            markersize=3, color=colours.get(stage),
+                            label=f"{stage}" if key == "majority" else None)
             colours.setdefault(stage, line.get_color())
         for n, xi in zip(ns, x):
             ax.annotate(f"N={n}", (xi, report.scaling[n]["majority"]), fontsize=6, alpha=0.6)

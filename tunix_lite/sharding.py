@@ -1,22 +1,28 @@
-"""Sharding named once: parameters and activations carry logical axes, one rules table maps them onto a mesh.
+"""Sharding named once: parameters and activations carry logical axes, one rules table maps them
+onto a mesh.
 
-    mesh = make_mesh(fsdp=4, tensor=2)          # or strategy_mesh("fsdp_tp"), choose_mesh(), resolve_mesh(config.mesh)
-    Trainer(model, tx, loss_fn, mesh=mesh)      # shards model, frozen models, optimizer state and every batch
-    Sampler(model, tokenizer, mesh=mesh)        # prompts and the KV cache sharded over the same mesh
+    mesh = make_mesh(fsdp=4, tensor=2)
+        # or strategy_mesh("fsdp_tp"), choose_mesh(), resolve_mesh(config.mesh)
+    Trainer(model, tx, loss_fn, mesh=mesh)
+        # shards model, frozen models, optimizer state and every batch
+    Sampler(model, tokenizer, mesh=mesh)
+        # prompts and the KV cache sharded over the same mesh
 
-Mesh axes: "data" (replicas, each with a slice of the batch), "fsdp" (the batch is split and so is every weight,
-gathered layer by layer by XLA: ZeRO-3), "tensor" (heads, MLP columns and the vocabulary split inside each matmul,
-Megatron style). The rules never change: a strategy (DP, FSDP, TP, FSDP + TP) only chooses which mesh axes have
-more than one device, and an axis of size 1 shards nothing. A dimension is split only when its mesh axes divide it,
-and a fused heads x head_dim weight dimension only along whole heads (Gemma's single KV head stays replicated
-under TP), so every model runs on every mesh.
+Mesh axes: "data" (replicas, each with a slice of the batch), "fsdp" (the batch is split and so is
+every weight, gathered layer by layer by XLA: ZeRO-3), "tensor" (heads, MLP columns and the
+vocabulary split inside each matmul, Megatron style). The rules never change: a strategy (DP, FSDP,
+TP, FSDP + TP) only chooses which mesh axes have more than one device, and an axis of size 1 shards
+nothing. A dimension is split only when its mesh axes divide it, and a fused heads x head_dim weight
+dimension only along whole heads (Gemma's single KV head stays replicated under TP), so every model
+runs on every mesh.
 
-Activations are constrained at block boundaries (`constrain`, a no-op outside `jax.set_mesh`): [B, T, D] with
-rows over data x fsdp and D whole, q/k/v with their heads over tensor. XLA propagates the rest.
+Activations are constrained at block boundaries (`constrain`, a no-op outside `jax.set_mesh`):
+[B, T, D] with rows over data x fsdp and D whole, q/k/v with their heads over tensor. XLA
+propagates the rest.
 
-Also here: moving weights between meshes in bounded chunks (`reshard`, `WeightSync`: an RL trainer and its
-rollout engine on disjoint devices), multi-process start-up (`initialize_distributed`) and counting the
-collectives of a compiled step (`count_collectives`).
+Also here: multi-process start-up (`initialize_distributed`). Moving weights to a rollout engine's
+mesh is `tunix_lite.rl.engine` (`WeightSync`); counting a compiled step's collectives is
+`tunix_lite.planner` (`count_collectives`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 from collections.abc import Mapping
 
 import jax
@@ -42,7 +47,8 @@ RULES: dict[str, str | tuple[str, ...] | None] = {
     "heads": "tensor",
     "kv_heads": "tensor",
     "mlp": "tensor",
-    # activations (and the KV cache): rows over every data-parallel axis; D stays whole between blocks
+    # activations (and the KV cache): rows over every data-parallel axis; D stays whole
+    # between blocks
     "batch": ("data", "fsdp"),
     "sequence": None,
     "act_embed": None,
@@ -54,10 +60,12 @@ ACT_BTNH = ("batch", "sequence", "heads", None)  # queries [B, T, N, H]
 ACT_BTKH = ("batch", "sequence", "kv_heads", None)  # keys and values [B, T, K, H]
 CACHE_BKSH = ("batch", "kv_heads", "sequence", None)  # the KV cache [B, K, S, H]
 
-# Strategy presets: which mesh axes get the devices. tensor=None in fsdp_tp: 2, or 4 from 32 devices up.
+# Strategy presets: which mesh axes get the devices. tensor=None in fsdp_tp: 2, or 4 from 32
+# devices up.
 STRATEGIES = {
     "dp": "data parallel: weights replicated, batch split, gradients all-reduced",
-    "fsdp": "fully sharded data parallel (ZeRO-3): weights, gradients, optimizer state and batch split",
+    "fsdp": "fully sharded data parallel (ZeRO-3): weights, gradients, optimizer state and batch "
+            "split",
     "tp": "tensor parallel (Megatron): heads, MLP and vocabulary split inside each matmul",
     "fsdp_tp": "FSDP over most devices x TP over a few: large models on many chips",
 }
@@ -73,13 +81,15 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> j
     if sizes.count(-1) > 1:
         raise ValueError("at most one mesh axis may be -1")
     if any(s == 0 or s < -1 for s in sizes):
-        raise ValueError(f"mesh sizes must be >= 1 (or one -1), got data={data} fsdp={fsdp} tensor={tensor}")
+        raise ValueError(f"mesh sizes must be >= 1 (or one -1), got data={data} fsdp={fsdp} "
+                         f"tensor={tensor}")
     known = math.prod(s for s in sizes if s != -1)
     sizes = [len(devices) // known if s == -1 else s for s in sizes]
     if math.prod(sizes) != len(devices):
         raise ValueError(f"mesh data={sizes[0]} x fsdp={sizes[1]} x tensor={sizes[2]} needs "
                          f"{math.prod(sizes)} devices, have {len(devices)}")
-    return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3, devices=devices)
+    return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
+                         devices=devices)
 
 
 def strategy_shape(strategy: str, num_devices: int, tensor: int | None = None) -> dict[str, int]:
@@ -95,16 +105,19 @@ def strategy_shape(strategy: str, num_devices: int, tensor: int | None = None) -
         return {"data": 1, "fsdp": 1, "tensor": n}
     tensor = tensor or (4 if n >= 32 else 2)
     if n % tensor or n == tensor:
-        raise ValueError(f"fsdp_tp needs a device count that is a multiple of tensor={tensor} and larger, got {n}")
+        raise ValueError(f"fsdp_tp needs a device count that is a multiple of tensor={tensor} and "
+                         f"larger, got {n}")
     return {"data": 1, "fsdp": n // tensor, "tensor": tensor}
 
 
 def suggest_mesh(num_devices: int, kind: str = "cpu", num_processes: int = 1) -> dict[str, int]:
     """The default mesh shape for a device count and kind (`auto`).
 
-    TPU and CPU: FSDP over every device (TPU chips talk over a fast interconnect across the whole slice, so
-    sharding the weights costs little and frees the most memory; fake CPU devices show the same layout).
-    GPU: FSDP inside each host (NVLink) and data parallel across hosts, whose network is much slower."""
+    TPU and CPU: FSDP over every device (TPU chips talk over a fast interconnect across the whole
+    slice, so sharding the weights costs little and frees the most memory; fake CPU devices show the
+    same layout).
+    GPU: FSDP inside each host (NVLink) and data parallel across hosts, whose network is
+    much slower."""
     if kind == "gpu" and num_processes > 1:
         return {"data": num_processes, "fsdp": num_devices // num_processes, "tensor": 1}
     return {"data": 1, "fsdp": num_devices, "tensor": 1}
@@ -119,12 +132,13 @@ def device_kind(device=None) -> str:
 def choose_mesh(devices=None) -> jax.sharding.Mesh:
     """`suggest_mesh` over `devices` (default: every device)."""
     devices = list(devices) if devices is not None else jax.devices()
-    return make_mesh(**suggest_mesh(len(devices), device_kind(devices[0]), jax.process_count()), devices=devices)
+    return make_mesh(**suggest_mesh(len(devices), device_kind(devices[0]), jax.process_count()),
+                     devices=devices)
 
 
 def resolve_mesh(spec, devices=None) -> jax.sharding.Mesh | None:
-    """A config's `mesh:` value -> a Mesh: None (one device), "auto", a strategy name, a {data, fsdp, tensor}
-    mapping (one size may be -1), or a Mesh (returned as is)."""
+    """A config's `mesh:` value -> a Mesh: None (one device), "auto", a strategy name, a {data,
+    fsdp, tensor} mapping (one size may be -1), or a Mesh (returned as is)."""
     if spec is None or isinstance(spec, jax.sharding.Mesh):
         return spec
     devices = list(devices) if devices is not None else jax.devices()
@@ -137,7 +151,8 @@ def resolve_mesh(spec, devices=None) -> jax.sharding.Mesh | None:
         if unknown:
             raise ValueError(f"mesh axes {sorted(unknown)} are unknown; use {', '.join(MESH_AXES)}")
         return make_mesh(**{"fsdp": 1} | dict(spec), devices=devices)
-    raise TypeError(f"mesh: expected None, 'auto', a strategy name or a mapping of axis sizes, got {spec!r}")
+    raise TypeError("mesh: expected None, 'auto', a strategy name or a mapping of axis sizes, "
+                    f"got {spec!r}")
 
 
 def batch_shards(mesh: jax.sharding.Mesh | None) -> int:
@@ -156,43 +171,47 @@ def model_mesh(tree) -> jax.sharding.Mesh | None:
             found = model_mesh(leaf)
             if found is not None:
                 return found
-        elif isinstance(getattr(leaf, "sharding", None), NamedSharding) and leaf.sharding.mesh.axis_names == MESH_AXES:
+        elif (isinstance(getattr(leaf, "sharding", None), NamedSharding)
+              and leaf.sharding.mesh.axis_names == MESH_AXES):
             return leaf.sharding.mesh
     return None
 
 
 def use_mesh(mesh: jax.sharding.Mesh | None):
-    """`jax.set_mesh(mesh)`, or nothing when mesh is None: the context under which `constrain` acts."""
+    """`jax.set_mesh(mesh)`, or nothing when mesh is None: the context under which
+    `constrain` acts."""
     return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
-# ----------------------------------------------------------------------------- logical axes -> PartitionSpec
+# -------------------------------------------------------------------- logical axes -> PartitionSpec
 
 
 def logical_to_spec(axes: tuple, shape: tuple[int, ...], mesh, rules=None,
                     units: Mapping[str, int] | None = None) -> PartitionSpec:
     """Map logical axes to a PartitionSpec, replicating a dimension its mesh axes do not divide.
 
-    units: logical axis -> how many indivisible units that dimension holds (a fused heads x head_dim weight
-    dimension holds `num_heads` units): it is split only along whole units."""
+    units: logical axis -> how many indivisible units that dimension holds (a fused heads x head_dim
+    weight dimension holds `num_heads` units): it is split only along whole units."""
     rules = RULES if rules is None else rules
     units = units or {}
     spec = []
     for name, dim in zip(axes, shape):
         mesh_axes = rules.get(name) if name else None
         if mesh_axes is not None:  # axes of size 1 shard nothing: leave them out of the spec
-            mesh_axes = tuple(str(a) for a in np.atleast_1d(mesh_axes) if mesh.shape.get(str(a), 1) > 1) or None
+            mesh_axes = tuple(str(a) for a in np.atleast_1d(mesh_axes)
+                              if mesh.shape.get(str(a), 1) > 1) or None
         size = math.prod(mesh.shape[a] for a in mesh_axes) if mesh_axes else 1
         ok = mesh_axes and dim % size == 0 and units.get(name, size) % size == 0
         spec.append((mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes) if ok else None)
-    while spec and spec[-1] is None:  # the canonical form jit gives its outputs, so step 2 reuses step 1's compile
+    # the canonical form jit gives its outputs, so step 2 reuses step 1's compile
+    while spec and spec[-1] is None:
         spec.pop()
     return PartitionSpec(*spec)
 
 
 def constrain(x: jax.Array, axes: tuple) -> jax.Array:
-    """Pin an activation's layout to its logical axes under the current mesh (`jax.set_mesh`); outside one,
-    or on a mesh without our axes, return x unchanged."""
+    """Pin an activation's layout to its logical axes under the current mesh (`jax.set_mesh`);
+    outside one, or on a mesh without our axes, return x unchanged."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or not set(MESH_AXES) <= set(mesh.axis_names):
         return x
@@ -219,15 +238,16 @@ def variable_spec(var: nnx.Variable, mesh, units: Mapping[str, int] | None = Non
 
 
 def param_shardings(model, mesh, filter=...) -> dict:
-    """{dotted path: the NamedSharding the rules give that variable} for the variables of `model` that `filter`
-    selects."""
+    """{dotted path: the NamedSharding the rules give that variable} for the variables of `model`
+    that `filter` selects."""
     units = _head_units(model)
     return {".".join(map(str, path)): NamedSharding(mesh, variable_spec(var, mesh, units))
             for path, var in nnx.to_flat_state(nnx.state(model, filter))}
 
 
-def _place(x, sharding: NamedSharding):
-    """x on `sharding`, also when the mesh spans several processes (each process must pass the same x)."""
+def place(x, sharding: NamedSharding):
+    """x on `sharding`, also when the mesh spans several processes (each process must pass the
+    same x)."""
     if isinstance(x, jax.Array) and x.sharding == sharding:
         return x
     if sharding.is_fully_addressable:
@@ -239,19 +259,19 @@ def _place(x, sharding: NamedSharding):
 
 
 def shard_model(tree, mesh: jax.sharding.Mesh):
-    """Place every variable of a module (or of a pytree of modules, e.g. a trainer's `frozen`, or an nnx.Optimizer,
-    whose moments carry their parameter's logical axes) on `mesh` following its logical_axes metadata, in place;
-    plain arrays in the pytree are replicated. Returns `tree`.
+    """Place every variable of a module (or of a pytree of modules, e.g. a trainer's `frozen`, or an
+    nnx.Optimizer, whose moments carry their parameter's logical axes) on `mesh` following its
+    logical_axes metadata, in place; plain arrays in the pytree are replicated. Returns `tree`.
 
-    An array shared by several variables (a LoRA reference view and the model it came from) is placed once
-    and stays shared."""
+    An array shared by several variables (a LoRA reference view and the model it came from) is
+    placed once and stays shared."""
     placed: dict[int, jax.Array] = {}
     units = _head_units(tree)
 
-    def place(value, sharding):
+    def place_once(value, sharding):
         key = id(value)
         if key not in placed:
-            placed[key] = _place(value, sharding)
+            placed[key] = place(value, sharding)
         return placed[key]
 
     for module in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nnx.Pytree)):
@@ -259,101 +279,27 @@ def shard_model(tree, mesh: jax.sharding.Mesh):
             continue
         flat = nnx.to_flat_state(nnx.state(module))
         for _, var in flat:
-            var.set_value(place(var.get_value(), NamedSharding(mesh, variable_spec(var, mesh, units))))
+            sharding = NamedSharding(mesh, variable_spec(var, mesh, units))
+            var.set_value(place_once(var.get_value(), sharding))
         nnx.update(module, nnx.from_flat_state(flat))
     replicated = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda x: place(x, replicated) if isinstance(x, (jax.Array, np.ndarray)) else x, tree,
-                        is_leaf=lambda x: isinstance(x, nnx.Pytree))
+    return jax.tree.map(
+        lambda x: place_once(x, replicated) if isinstance(x, (jax.Array, np.ndarray)) else x, tree,
+        is_leaf=lambda x: isinstance(x, nnx.Pytree))
 
 
 def shard_batch(batch: dict, mesh: jax.sharding.Mesh) -> dict:
-    """Split the leading (row) dimension of every array over the batch axes (data x fsdp). Each process places
-    only the rows of its own devices, so with several processes every one passes the same global batch."""
+    """Split the leading (row) dimension of every array over the batch axes (data x fsdp). Each
+    process places only the rows of its own devices, so with several processes every one passes the
+    same global batch."""
     shards = batch_shards(mesh)
     for key, x in batch.items():
         if np.shape(x)[0] % shards:
-            raise ValueError(f"batch[{key!r}] has {np.shape(x)[0]} rows, which the mesh's {shards} data x fsdp "
-                             f"shards cannot split evenly; use a batch size that is a multiple of {shards}")
-    return {key: _place(x, NamedSharding(mesh, logical_to_spec(("batch",), np.shape(x)[:1], mesh)))
+            raise ValueError(f"batch[{key!r}] has {np.shape(x)[0]} rows, which the mesh's {shards} "
+                             "data x fsdp shards cannot split evenly; use a batch size that is a "
+                             f"multiple of {shards}")
+    return {key: place(x, NamedSharding(mesh, logical_to_spec(("batch",), np.shape(x)[:1], mesh)))
             for key, x in batch.items()}
-
-
-# ----------------------------------------------------------------------------- moving weights between meshes
-
-
-def _nbytes(x) -> int:
-    return x.size * x.dtype.itemsize
-
-
-def reshard(tree, shardings, *, max_bytes: int | None = None):
-    """Copy every array of `tree` to the sharding at the same place in `shardings` (same tree structure, e.g. a
-    State of NamedShardings on another mesh). Arrays move in chunks of at most `max_bytes` (one array larger than
-    that moves alone), each chunk finished before the next starts, so the memory in flight stays bounded.
-    Returns (new tree, {"bytes": moved, "chunks": n, "largest_chunk": bytes})."""
-    leaves, treedef = jax.tree.flatten(tree)
-    targets = treedef.flatten_up_to(shardings)
-    out, chunk, chunk_bytes, stats = [], [], 0, {"bytes": 0, "chunks": 0, "largest_chunk": 0}
-
-    def finish():
-        nonlocal chunk, chunk_bytes
-        if chunk:
-            jax.block_until_ready(chunk)
-            stats["chunks"] += 1
-            stats["largest_chunk"] = max(stats["largest_chunk"], chunk_bytes)
-        chunk, chunk_bytes = [], 0
-
-    for x, sharding in zip(leaves, targets):
-        if max_bytes is not None and chunk and chunk_bytes + _nbytes(x) > max_bytes:
-            finish()
-        moved = _place(x, sharding)
-        out.append(moved)
-        chunk.append(moved)
-        chunk_bytes += _nbytes(x)
-        stats["bytes"] += _nbytes(x)
-    finish()
-    return jax.tree.unflatten(treedef, out), stats
-
-
-class WeightSync:
-    """A rollout engine's copy of the trainer's model, kept in step after each update.
-
-    Split (`mesh` given): the rollout model is a copy laid out by the rules on `mesh` (e.g. 4 of 8 devices while the
-    trainer has the other 4), made once in chunks; each call sends only the `wrt` variables (the adapters with
-    LoRA, whose frozen base both sides already hold; every parameter for full fine-tuning), resharded from the
-    trainer's layout to the rollout's in chunks of at most `max_bytes`.
-    Colocated (`mesh=None`): the rollout model IS the trainer's model (one set of weights, read live by the
-    sampler); a call sends nothing.
-
-        sync = WeightSync(trainer.model, rollout_mesh, wrt=trainer.wrt)
-        sampler = Sampler(sync.model, tokenizer, mesh=rollout_mesh)
-        ... trainer.step(batch); sync(); sampler.generate(...)
-    """
-
-    def __init__(self, source: nnx.Module, mesh: jax.sharding.Mesh | None = None, *, wrt=nnx.Param,
-                 max_bytes: int | None = 256 * 2**20):
-        self.source, self.mesh, self.wrt, self.max_bytes = source, mesh, wrt, max_bytes
-        self.last = {"bytes": 0, "chunks": 0, "largest_chunk": 0}
-        if mesh is None:
-            self.model = source
-            return
-        self.model = nnx.clone(source)  # the module tree; every array is replaced by its copy on `mesh` below
-        self.last = self._send(...)
-
-    def _send(self, filter) -> dict:
-        targets = param_shardings(self.model, self.mesh, filter)
-        source = {".".join(map(str, p)): v.get_value() for p, v in nnx.to_flat_state(nnx.state(self.source, filter))}
-        moved, stats = reshard(source, targets, max_bytes=self.max_bytes)
-        flat = nnx.to_flat_state(nnx.state(self.model, filter))
-        for path, var in flat:
-            var.set_value(moved[".".join(map(str, path))])
-        nnx.update(self.model, nnx.from_flat_state(flat))
-        return stats
-
-    def __call__(self) -> dict:
-        """Send the trained variables to the rollout copy; returns {"bytes", "chunks", "largest_chunk"}."""
-        if self.mesh is not None:
-            self.last = self._send(self.wrt)
-        return self.last
 
 
 # ----------------------------------------------------------------------------- several processes
@@ -362,18 +308,21 @@ class WeightSync:
 def initialize_distributed() -> bool:
     """Start JAX's multi-process runtime when this process is one of several; returns whether it is.
 
-    Explicit: JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID. Detected by
-    JAX itself: Cloud TPU pod slices (several TPU workers), SLURM and Open MPI jobs. Must run before anything
-    touches a device. Every process then sees every device in `jax.devices()` and runs the same program."""
+    Explicit: JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and
+    JAX_PROCESS_ID. Detected by JAX itself: Cloud TPU pod slices (several TPU workers), SLURM and
+    Open MPI jobs. Must run before anything touches a device. Every process then sees every device
+    in `jax.devices()` and runs the same program."""
     if jax.distributed.is_initialized():
         return True
     env = os.environ
     if "JAX_COORDINATOR_ADDRESS" in env:
-        jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"], int(env.get("JAX_NUM_PROCESSES", "1")),
+        jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"],
+                                   int(env.get("JAX_NUM_PROCESSES", "1")),
                                    int(env.get("JAX_PROCESS_ID", "0")))
         return True
     several_tpu_workers = "," in env.get("TPU_WORKER_HOSTNAMES", "")
-    if several_tpu_workers or int(env.get("SLURM_NTASKS", "1")) > 1 or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+    if (several_tpu_workers or int(env.get("SLURM_NTASKS", "1")) > 1
+            or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1):
         jax.distributed.initialize()
         return True
     return False
@@ -385,8 +334,8 @@ def is_main_process() -> bool:
 
 
 def to_host(x) -> np.ndarray:
-    """A numpy copy of the whole of x, also of an array spread over several processes' devices (every process
-    must call it: the pieces are exchanged)."""
+    """A numpy copy of the whole of x, also of an array spread over several processes' devices
+    (every process must call it: the pieces are exchanged)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
         from jax.experimental import multihost_utils
 
@@ -395,72 +344,7 @@ def to_host(x) -> np.ndarray:
 
 
 def replicated(tree, mesh: jax.sharding.Mesh):
-    """Every array of `tree` fully replicated on `mesh` (readable by every process with np.asarray)."""
+    """Every array of `tree` fully replicated on `mesh` (readable by every process with
+    np.asarray)."""
     sharding = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda x: _place(x, sharding) if isinstance(x, jax.Array) else x, tree)
-
-
-# ----------------------------------------------------------------------------- reading a compiled step
-
-COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+) = (.*?) ([a-z][\w\-]*)\((.*)$")
-
-
-def list_collectives(hlo_text: str) -> list[tuple[str, str]]:
-    """(kind, shape) of every array (scalars left out) a collective moves in a compiled module's HLO text
-    (`jit(f).lower(...).compile().as_text()`). Arrays, not ops: XLA combines many small collectives into one op
-    over a tuple, which would hide how many weights or gradients travel; an all-to-all counts once.
-
-    A reduce-scatter is counted also where XLA:CPU spells it as an all-reduce whose result is only sliced (a
-    dynamic-slice, possibly inside a fusion); TPU and GPU compilers fuse that pair into one reduce-scatter."""
-    ops, users, bodies, current = {}, {}, {}, None
-    for line in hlo_text.splitlines():
-        header = re.match(r"^(?:ENTRY\s+)?%([\w.\-]+) .*\{\s*$", line)
-        if header:
-            current = header.group(1)
-            bodies[current] = []
-            continue
-        match = _INSTRUCTION.match(line)
-        if not match:
-            continue
-        name, shape, opcode, rest = match.groups()
-        ops[name] = (opcode.removesuffix("-start"), shape, rest)
-        if current is not None:
-            bodies[current].append(opcode)
-        for operand in re.findall(r"%([\w.\-]+)", rest.split("metadata=")[0]):
-            users.setdefault(operand, []).append(name)
-
-    def is_array(shape: str) -> bool:  # f32[256,64]{1,0} yes, f32[] no
-        return re.match(r"^\w+\[[^\]]", shape) is not None
-
-    def only_sliced(name: str) -> bool:
-        consumers = users.get(name, [])
-        for consumer in consumers:
-            opcode, _, rest = ops[consumer]
-            called = re.search(r"calls=%([\w.\-]+)", rest)
-            if not (opcode == "dynamic-slice"
-                    or (opcode == "fusion" and called and "dynamic-slice" in bodies.get(called.group(1), []))):
-                return False
-        return bool(consumers)
-
-    found = []
-    for name, (opcode, shape, _) in ops.items():
-        if opcode not in COLLECTIVES:
-            continue
-        if opcode == "all-to-all" or not shape.startswith("("):
-            elements = [(name, shape)] if is_array(shape) or opcode == "all-to-all" else []
-        else:  # a combined op: one array per tuple element, read by get-tuple-element
-            elements = [(u, ops[u][1]) for u in users.get(name, [])
-                        if ops[u][0] == "get-tuple-element" and is_array(ops[u][1])]
-        for element, element_shape in elements:
-            kind = "reduce-scatter" if opcode == "all-reduce" and only_sliced(element) else opcode
-            found.append((kind, element_shape.split("{")[0]))
-    return found
-
-
-def count_collectives(hlo_text: str) -> dict[str, int]:
-    """{kind: arrays moved} over `list_collectives`, every kind present (0 when absent)."""
-    counts = dict.fromkeys(COLLECTIVES, 0)
-    for kind, _ in list_collectives(hlo_text):
-        counts[kind] += 1
-    return counts
+    return jax.tree.map(lambda x: place(x, sharding) if isinstance(x, jax.Array) else x, tree)

@@ -1,14 +1,16 @@
 """Tokenizers: text <-> ids, and the one source of a model's special ids.
 
-Two tokenizer kinds sit behind one small interface (`encode`, `decode`, `piece_to_id`, `bos_id`, `eos_id`,
-`pad_id`, `vocab_size`, `chat_template`):
+Two tokenizer kinds sit behind one small interface (`encode`, `decode`, `piece_to_id`, `bos_id`,
+`eos_id`, `pad_id`, `vocab_size`, `chat_template`):
 
-- `Tokenizer`: SentencePiece (Gemma). Built from a `tokenizer.model` file, or from the vocabulary stored in
-  the Gemma 3 270M GGUF (`tunix_lite.weights.gguf` rebuilds it once, with the weights, and caches both).
+- `Tokenizer`: SentencePiece (Gemma). Built from a `tokenizer.model` file, or from the vocabulary
+  stored in the Gemma 3 270M GGUF (`tunix_lite.weights.gguf` rebuilds it once, with the weights, and
+  caches both).
 - `HFJsonTokenizer`: a Hugging Face `tokenizer.json` (byte-level BPE: Llama 3, Qwen 3).
 
-Everything that needs a special id asks the tokenizer (`padding_id` for padding), never the model config.
-`chat_template` names the model family's chat format (`tunix_lite.chat`); `tunix_lite.load` sets it.
+Everything that needs a special id asks the tokenizer (`padding_id` for padding), never the model
+config. `chat_template` names the model family's chat format (`tunix_lite.chat`); `tunix_lite.load`
+sets it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class UnknownPieceError(KeyError):
         return str(self.args[0])
 
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # SentencePiece
 
 
@@ -55,8 +57,8 @@ class Tokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.model"
-        # Write then rename, so a concurrent reader (another process filling the same cache) never sees
-        # half a file.
+        # Write then rename, so a concurrent reader (another process filling the same cache) never
+        # sees half a file.
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(self.serialized)
         os.replace(tmp, path)
@@ -81,7 +83,8 @@ class Tokenizer:
         is_special = [i in self._special or self.sp.is_control(i) for i in ids]
         if skip_special:
             return self.sp.decode([i for i, s in zip(ids, is_special) if not s])
-        # SentencePiece always drops control pieces, so decode the runs between them and splice names in.
+        # SentencePiece always drops control pieces, so decode the runs between them and splice
+        # names in.
         out, run = [], []
         for i, special in zip(ids, is_special):
             if special:
@@ -117,19 +120,19 @@ class Tokenizer:
         return self.sp.get_piece_size()
 
 
-# ----------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Hugging Face tokenizer.json (byte-level BPE)
 
 
 class HFJsonTokenizer:
     """A Hugging Face `tokenizer.json` (Llama 3, Qwen 3) with the same interface as `Tokenizer`.
 
-    tokenizer.json does not say which token is bos/eos/pad (tokenizer_config.json does), so pass their
-    names. Special tokens written in text are encoded as plain text, as SentencePiece does.
+    tokenizer.json does not say which token is bos/eos/pad (tokenizer_config.json does), so pass
+    their names. Special tokens written in text are encoded as plain text, as SentencePiece does.
     """
 
-    def __init__(self, tokenizer, *, bos: str | None = None, eos: str | None = None, pad: str | None = None,
-                 chat_template: str | None = None):
+    def __init__(self, tokenizer, *, bos: str | None = None, eos: str | None = None,
+                 pad: str | None = None, chat_template: str | None = None):
         self.tok = tokenizer
         self.chat_template = chat_template
         self.tok.encode_special_tokens = True  # "<|im_end|>" typed by a user stays text
@@ -143,12 +146,15 @@ class HFJsonTokenizer:
         try:
             import tokenizers
         except ImportError as e:
-            raise ImportError("tokenizer.json files need the `tokenizers` package: pip install tokenizers") from e
+            raise ImportError("tokenizer.json files need the `tokenizers` package: "
+                              "pip install tokenizers") from e
         return cls(tokenizers.Tokenizer.from_file(str(path)), **special)
 
     def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        # add_special_tokens=False skips the post-processor (Llama 3's adds <|begin_of_text|> on its own).
-        return _add_bos_eos(self, self.tok.encode(text, add_special_tokens=False).ids, add_bos, add_eos)
+        # add_special_tokens=False skips the post-processor (Llama 3's adds <|begin_of_text|> on
+        # its own).
+        return _add_bos_eos(self, self.tok.encode(text, add_special_tokens=False).ids, add_bos,
+                            add_eos)
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         ids = [int(i) for i in ids]
@@ -171,9 +177,10 @@ class HFJsonTokenizer:
 
 
 def load_tokenizer(directory: str | os.PathLike) -> Tokenizer | HFJsonTokenizer:
-    """The tokenizer of a Hugging Face checkpoint directory: `tokenizer.model` (SentencePiece, preferred
-    because it is exact) or else `tokenizer.json` with special tokens named in `tokenizer_config.json`.
-    Its `chat_template` is the model family's (from the directory's config.json, when there is one)."""
+    """The tokenizer of a Hugging Face checkpoint directory: `tokenizer.model`
+    (SentencePiece, preferred because it is exact) or else `tokenizer.json` with special tokens
+    named in `tokenizer_config.json`. Its `chat_template` is the model family's (from the
+    directory's config.json, when there is one)."""
     directory = Path(directory)
     template = _family_template(directory / "config.json")
     if (directory / "tokenizer.model").is_file():
@@ -186,9 +193,11 @@ def load_tokenizer(directory: str | os.PathLike) -> Tokenizer | HFJsonTokenizer:
             value = config.get(key)
             return value.get("content") if isinstance(value, dict) else value
 
-        return HFJsonTokenizer.from_file(directory / "tokenizer.json", bos=name("bos_token"), eos=name("eos_token"),
-                                         pad=name("pad_token"), chat_template=template)
-    raise FileNotFoundError(f"no tokenizer in {directory}: looked for tokenizer.model and tokenizer.json")
+        return HFJsonTokenizer.from_file(directory / "tokenizer.json", bos=name("bos_token"),
+                                         eos=name("eos_token"), pad=name("pad_token"),
+                                         chat_template=template)
+    raise FileNotFoundError(f"no tokenizer in {directory}: looked for tokenizer.model and "
+                            "tokenizer.json")
 
 
 def _family_template(config_file: Path) -> str | None:
@@ -196,7 +205,7 @@ def _family_template(config_file: Path) -> str | None:
     if not config_file.is_file():
         return None
     from tunix_lite.chat import template_for
-    from tunix_lite.weights.hf import family_of
+    from tunix_lite.models.config import family_of  # here, not above: tunix_lite.models imports jax
 
     return template_for(family_of(json.loads(config_file.read_text())))
 
@@ -218,8 +227,9 @@ def _none_if_negative(i: int) -> int | None:
 
 
 def padding_id(tokenizer) -> int:
-    """The id that fills padded positions: the tokenizer's pad, else its eos (Llama 3 has no pad token), else 0.
-    Padding is always masked out, so any id works; this picks the same one everywhere."""
+    """The id that fills padded positions: the tokenizer's pad, else its eos (Llama 3 has no pad
+    token), else 0. Padding is always masked out, so any id works; this picks the same one
+    everywhere."""
     for i in (tokenizer.pad_id, tokenizer.eos_id):
         if i is not None:
             return i

@@ -1,22 +1,26 @@
 """Verifiers: answer checkers that run untrusted work in worker processes, with a timeout per call.
 
-A reward that evaluates a model's expression or runs its code can hang (`while True: pass`, `9 ** 9 ** 9`), blow up
-memory or crash the interpreter. Run in the training process, one such completion ends a run hours in. Here every
-check runs in a pool of worker processes: a check that raises, crashes its worker or runs past `timeout` scores
-0.0, the worker is replaced, and training goes on.
+A reward that evaluates a model's expression or runs its code can hang (`while True: pass`,
+`9 ** 9 ** 9`), blow up memory or crash the interpreter. Run in the training process, one such
+completion ends a run hours in. Here every check runs in a pool of worker processes: a check that
+raises, crashes its worker or runs past `timeout` scores 0.0, the worker is replaced, and training
+goes on.
 
     pool = VerifierPool(workers=2, timeout=2.0)
-    pool.map(check_math, [("16", "16"), ("9 ** 9 ** 9", "1")])      # [1.0, 0.0]: the second one timed out
-    pool.stats                                                       # {"calls": 2, "timeouts": 1, ...}
+    pool.map(check_math, [("16", "16"), ("9 ** 9 ** 9", "1")])
+        # [1.0, 0.0]: the second one timed out
+    pool.stats  # {"calls": 2, "timeouts": 1, ...}
 
-The rewards below follow TRL's reward-callable convention, `reward(prompts, completions, **columns) -> list[float]`,
-so the GRPO trainer (and TRL's) can use them as they are; they share one pool per process (`default_pool`):
+The rewards below follow TRL's reward-callable convention, `reward(prompts, completions, **columns)
+-> list[float]`, so the GRPO trainer (and TRL's) can use them as they are; they share one pool per
+process (`default_pool`):
 
-- `reward_math(prompts, completions, answer)`: the tagged answer equals the reference as a number, a list of
-  numbers, or else as text (see `check_math`);
-- `reward_code(prompts, completions, tests)`: the fraction of `tests` (Python assert lines) the completion's code
-  passes (see `check_code`);
-- `verifier_reward(check)`: any check function of your own, `check(answer, **row) -> float`, run the same way.
+- `reward_math(prompts, completions, answer)`: the tagged answer equals the reference as a number, a
+  list of numbers, or else as text (see `check_math`);
+- `reward_code(prompts, completions, tests)`: the fraction of `tests` (Python assert lines) the
+  completion's code passes (see `check_code`);
+- `verifier_reward(check)`: any check function of your own, `check(answer, **row) -> float`, run the
+  same way.
 
 Trusted checks (ours, or yours: a function of a module applied to the answer *string*) run in warm
 worker processes started with "spawn" (never fork: a forked JAX process can deadlock), so a check
@@ -48,10 +52,12 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 
 from tunix_lite import sandbox
+from tunix_lite.math_answers import check_math, evaluate_expression
 from tunix_lite.sandbox import harden_current_process, run_untrusted
 
 TIMEOUT = 2.0  # seconds per call
-MEMORY_MB = 1024  # address-space limit per worker (Linux), so `"x" * 10**12` fails in the worker, not the machine
+# address-space limit per worker (Linux), so `"x" * 10**12` fails in the worker, not the machine
+MEMORY_MB = 1024
 MAX_MESSAGE = 2**20  # bytes: a worker's answer is a float; anything longer is not one
 
 
@@ -104,8 +110,8 @@ def _worker(conn, memory_mb: int | None) -> None:
 
             limit = memory_mb * 2**20
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ImportError, ValueError, OSError):  # not Linux, or a lower hard limit: run without it
-            pass
+        except (ImportError, ValueError, OSError):
+            pass  # not Linux, or a lower hard limit: run without it
     conn.send_bytes(_dumps(["ready", 0.0]))
     while True:
         try:
@@ -128,7 +134,8 @@ def _worker(conn, memory_mb: int | None) -> None:
 
 
 class _Worker:
-    STARTUP = 120.0  # seconds a new worker may take to start (a busy machine), not counted in any call's timeout
+    # seconds a new worker may take to start (a busy machine), not counted in any call's timeout
+    STARTUP = 120.0
 
     def __init__(self, context, memory_mb):
         self.conn, child = context.Pipe()
@@ -161,15 +168,17 @@ class _Worker:
 class VerifierPool:
     """`workers` processes that run check functions, each call limited to `timeout` seconds.
 
-    `map(fn, args)` returns one float per argument tuple, in order: fn's value, or `failed` (0.0: a zero reward) when
-    it raised, returned something that is not a finite number, crashed its worker or timed out (the worker is killed
-    and replaced). A check marked `@untrusted_check` (such as `check_code`) runs in up to `workers`
-    threads of this process instead, each call in its own sandbox, given `timeout=`.
-    `stats` counts calls, timeouts, crashes and errors since the pool started; `last_errors` keeps a few messages.
-    Workers start on first use; `close()` (or leaving a `with` block) stops them.
+    `map(fn, args)` returns one float per argument tuple, in order: fn's value, or `failed` (0.0: a
+    zero reward) when it raised, returned something that is not a finite number, crashed its worker
+    or timed out (the worker is killed and replaced). A check marked `@untrusted_check` (such as
+    `check_code`) runs in up to `workers` threads of this process instead, each call in its own
+    sandbox, given `timeout=`. `stats` counts calls, timeouts, crashes and errors since the pool
+    started; `last_errors` keeps a few messages. Workers start on first use; `close()` (or leaving a
+    `with` block) stops them.
     """
 
-    def __init__(self, workers: int | None = None, timeout: float = TIMEOUT, *, memory_mb: int | None = MEMORY_MB):
+    def __init__(self, workers: int | None = None, timeout: float = TIMEOUT, *,
+                 memory_mb: int | None = MEMORY_MB):
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         self.size = workers or min(4, os.cpu_count() or 1)
@@ -194,7 +203,8 @@ class VerifierPool:
         self.last_errors = (self.last_errors + [message])[-5:]
         return self._failed_value
 
-    def map(self, fn: Callable[..., float], args: Sequence[tuple], *, failed: float = 0.0) -> list[float]:
+    def map(self, fn: Callable[..., float], args: Sequence[tuple], *,
+            failed: float = 0.0) -> list[float]:
         return self.call(fn, [(tuple(a), {}) for a in args], failed=failed)
 
     def call(self, fn: Callable[..., float], calls: Sequence[tuple[tuple, dict]], *,
@@ -218,7 +228,8 @@ class VerifierPool:
                     worker.stop(kill=True)
                     pending.append((index, message))
                     continue
-                # the clock: _Worker.STARTUP until the worker has loaded the call (imports), then `timeout`
+                # the clock: _Worker.STARTUP until the worker has loaded the call (imports),
+                # then `timeout`
                 busy[worker.conn] = (worker, index, time.monotonic() + _Worker.STARTUP)
             soonest = min(ends for _, _, ends in busy.values())
             for conn in wait(list(busy), timeout=max(0.0, soonest - time.monotonic())):
@@ -241,7 +252,8 @@ class VerifierPool:
                 if now >= ends:
                     del busy[conn]
                     worker.stop(kill=True)
-                    results[index] = self._failed("timeouts", f"call {index}: no answer in {self.timeout:g} s")
+                    results[index] = self._failed("timeouts",
+                                                  f"call {index}: no answer in {self.timeout:g} s")
         return results
 
     def _result(self, index: int, status: str, value) -> float:
@@ -292,7 +304,8 @@ def verifier_events() -> dict[str, int]:
 
 
 def default_pool() -> VerifierPool:
-    """The process's shared pool for the reward functions below (started on first use, closed at exit)."""
+    """The process's shared pool for the reward functions below (started on first use, closed
+    at exit)."""
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = VerifierPool()
@@ -302,69 +315,14 @@ def default_pool() -> VerifierPool:
 
 # ----------------------------------------------------------------------------- checks
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-
-
-def evaluate_expression(text: str) -> float:
-    """The value of an arithmetic expression (numbers, + - * / // % **, parentheses), ValueError otherwise.
-    No names, calls or attributes are ever evaluated; `**` is evaluated as written, which is why this runs in a
-    worker with a timeout (`9 ** 9 ** 9` would take hours)."""
-    def value(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](value(node.operand))
-        raise ValueError(f"not arithmetic: {ast.unparse(node)!r}")
-
-    try:
-        tree = ast.parse(text.strip().replace("^", "**").replace("×", "*"), mode="eval")
-    except SyntaxError:
-        raise ValueError(f"not an expression: {text!r}") from None
-    return value(tree.body)
-
-
-def _numbers(text: str) -> list[float] | None:
-    """A comma-separated list of expressions as numbers (one item for a single number), or None."""
-    try:
-        return [float(evaluate_expression(part)) for part in text.split(",")]
-    except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-        return None
-
-
-def check_math(predicted: str | None, reference: str, rel_tol: float = 1e-6, latex=None) -> float:
-    """1.0 when `predicted` equals `reference`: as numbers (`"32/2"` equals `"16"`), as lists of numbers
-    (`"3, 5, 7"`), else as whitespace-normalised text; 0.0 otherwise (or when there is no prediction).
-
-    `latex`: math-verify's `(parse, verify)`, to also accept what those rules cannot read when the
-    reference holds a digit or a backslash: `\\frac{1}{2}` for `0.5`, `1+x^2` for `x^2+1`. Plain words
-    never reach it: read as math, `bleu` is the product b*l*e*u, equal to `blue`. The reward passes it
-    through `tunix_lite.math_latex.check_math_latex` where math-verify is installed."""
-    if predicted is None:
-        return 0.0
-    expected, got = _numbers(reference), _numbers(predicted)
-    if expected is not None and got is not None:
-        return float(len(got) == len(expected)
-                     and all(math.isclose(g, e, rel_tol=rel_tol, abs_tol=1e-9) for g, e in zip(got, expected)))
-    if predicted.split() == reference.split():
-        return 1.0
-    if latex is None or not re.search(r"[\\\d]", reference):
-        return 0.0
-    parse, verify = latex
-    # $...$: read as math; unwrapped, math-verify compares a comma list by its last number only
-    return float(verify(parse(f"${reference}$"), parse(f"${predicted}$")))
-
-
 _EQUATION = re.compile(r"(\d[\d\s+\-*/().]*?)\s*=\s*(\d+)")
 
 
 def check_steps(completion: str) -> float:
-    """A reference-free check of worked arithmetic: 1.0 when every `expression = number` written in the
-    completion holds and the tagged answer is the last result, 0.5 when there are no equations to check but there is
-    an answer, 0.0 otherwise. Best-of-N can rank samples by it without knowing the answer."""
+    """A reference-free check of worked arithmetic: 1.0 when every `expression = number` written
+    in the completion holds and the tagged answer is the last result, 0.5 when there are no
+    equations to check but there is an answer, 0.0 otherwise. Best-of-N can rank samples by it
+    without knowing the answer."""
     from tunix_lite.data.synthetic import answer_of  # a light module: no JAX
 
     answer = answer_of(completion)
@@ -453,7 +411,7 @@ def check_code(program: str | None, tests: str | Sequence[str], *,
     return passed / len(lines)
 
 
-# ----------------------------------------------------------------------------- rewards (TRL's convention)
+# ----------------------------------------------------------------------- rewards (TRL's convention)
 
 
 def _answers(completions: Sequence[str]) -> list[str | None]:
@@ -462,10 +420,11 @@ def _answers(completions: Sequence[str]) -> list[str | None]:
     return [answer_of(c) for c in completions]
 
 
-def reward_math(prompts, completions: Sequence[str], answer: Sequence[str], **columns) -> list[float]:
+def reward_math(prompts, completions: Sequence[str], answer: Sequence[str],
+                **columns) -> list[float]:
     """1.0 per completion whose tagged answer `check_math` accepts against the `answer` column (with
-    math-verify for LaTeX answers where it is installed: the [tasks] extra), run in the default pool (a
-    hanging or crashing check scores 0.0)."""
+    math-verify for LaTeX answers where it is installed: the [tasks] extra), run in the default pool
+    (a hanging or crashing check scores 0.0)."""
     return default_pool().map(_math_check(), list(zip(_answers(completions), answer, strict=True)))
 
 
@@ -479,9 +438,10 @@ def _math_check() -> Callable[..., float]:
 
 
 def reward_code(prompts, completions: Sequence[str], tests: Sequence, **columns) -> list[float]:
-    """The fraction of the `tests` column's asserts each completion's code passes (the code is the tagged answer
-    or a ```python block, else the whole completion), run in the default pool."""
-    programs = [a if a is not None else c for a, c in zip(_answers(completions), completions, strict=True)]
+    """The fraction of the `tests` column's asserts each completion's code passes (the code is the
+    tagged answer or a ```python block, else the whole completion), run in the default pool."""
+    programs = [a if a is not None else c
+                for a, c in zip(_answers(completions), completions, strict=True)]
     return default_pool().map(check_code, list(zip(programs, tests, strict=True)))
 
 
@@ -493,14 +453,16 @@ def reward_steps(prompts, completions: Sequence[str], **columns) -> list[float]:
 class _PoolReward:
     """A check function as a TRL reward: check(answer, **row) for each completion, in a pool."""
 
-    def __init__(self, check: Callable[..., float], columns: Sequence[str], pool: VerifierPool | None):
+    def __init__(self, check: Callable[..., float], columns: Sequence[str],
+                 pool: VerifierPool | None):
         self.check, self.columns, self.pool = check, tuple(columns), pool
         self.__name__ = getattr(check, "__name__", "verifier")
 
     def __call__(self, prompts, completions: Sequence[str], **columns) -> list[float]:
         missing = [c for c in self.columns if c not in columns]
         if missing:
-            raise KeyError(f"verifier {self.__name__} needs the dataset columns {missing}; it got {sorted(columns)}")
+            raise KeyError(f"verifier {self.__name__} needs the dataset columns {missing}; "
+                           f"it got {sorted(columns)}")
         rows = zip(_answers(completions), *(columns[c] for c in self.columns), strict=True)
         calls = [((answer,), dict(zip(self.columns, values))) for answer, *values in rows]
         return (self.pool or default_pool()).call(self.check, calls)
@@ -508,9 +470,10 @@ class _PoolReward:
 
 def verifier_reward(check: Callable[..., float], columns: Sequence[str] = ("answer",), *,
                     pool: VerifierPool | None = None) -> Callable[..., list[float]]:
-    """A TRL-style reward that runs `check(tagged_answer, **{column: value})` for every completion in a worker pool
-    (the default pool unless given): a check that hangs, crashes or raises scores 0.0 instead of ending the run.
-    `check` must be importable (defined at the top level of a module) so that worker processes can
-    load it, and gets the answer as a string: a check that runs it as code must do so through
-    `tunix_lite.sandbox` and be marked `@untrusted_check` (as `check_code` is), never exec it."""
+    """A TRL-style reward that runs `check(tagged_answer, **{column: value})` for every completion
+    in a worker pool (the default pool unless given): a check that hangs, crashes or raises scores
+    0.0 instead of ending the run. `check` must be importable (defined at the top level of a module)
+    so that worker processes can load it, and gets the answer as a string: a check that runs it as
+    code must do so through `tunix_lite.sandbox` and be marked `@untrusted_check` (as `check_code`
+    is), never exec it."""
     return _PoolReward(check, columns, pool)

@@ -1,1 +1,2 @@
-"""Data for the course: `synthetic` holds the project's own verifiable tasks, rewards and pretraining corpus."""
+"""Data for the course: `synthetic` holds the project's own verifiable tasks, rewards and
+pretraining corpus."""

@@ -1,4 +1,5 @@
-"""Pack token documents into fixed [B, T] rectangles with segment ids, for pretraining-style batches."""
+"""Pack token documents into fixed [B, T] rectangles with segment ids, for pretraining-style
+batches."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import numpy as np
 def pack_documents(documents: Iterable[list[int]], seq_len: int, batch_size: int) -> Iterator[dict]:
     """Concatenate documents into one stream and cut it into rows of seq_len + 1 tokens.
 
-    Each row gives inputs = row[:-1], targets = row[1:]. segment_ids keep documents from attending to
-    each other (document i of the stream has segment i + 1: as everywhere in tunix_lite.data, 0 would mean
-    padding, and these rows have none); positions count within a document (a document cut across rows
-    continues its positions); a target in a different document than its input gets weight 0.
+    Each row gives inputs = row[:-1], targets = row[1:]. segment_ids keep documents from attending
+    to each other (document i of the stream has segment i + 1: as everywhere in tunix_lite.data, 0
+    would mean padding, and these rows have none); positions count within a document (a document cut
+    across rows continues its positions); a target in a different document than its input gets
+    weight 0.
     """
     row_len = seq_len + 1
     tokens, segments, positions = [], [], []

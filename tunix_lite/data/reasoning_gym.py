@@ -256,7 +256,8 @@ def _probe(task: str, config: dict, entries: int) -> str | None:
             if label not in wrong and score < 1.0:
                 raise ValueError(f"{PREFIX}{task}: its scorer gives its own reference answer "
                                  f"{score:g} (read back from <answer> tags, the entry stored as "
-                                 "JSON), so it can neither reward nor evaluate; choose another task")
+                                 "JSON), so it can neither reward nor evaluate; choose another "
+                                 "task")
             if label in wrong and score >= 1.0:
                 raise ValueError(f"{PREFIX}{task}: its scorer gives {label} full marks, so it "
                                  "can neither reward nor evaluate; choose another task")

@@ -2,9 +2,10 @@
 
     records = load_records("data/train.jsonl", key="train_data")    # -> datasets.Dataset
 
-Accepted: a JSON-lines file (.jsonl, or .json holding one object per line), a .json file holding a list of
-objects, a .csv file (a header row, every value a string), a .parquet file, or a directory written by
-`datasets.Dataset.save_to_disk`. A `datasets.Dataset` or a list of dicts passes through unchanged.
+Accepted: a JSON-lines file (.jsonl, or .json holding one object per line), a .json file holding a
+list of objects, a .csv file (a header row, every value a string), a .parquet file, or a directory
+written by `datasets.Dataset.save_to_disk`. A `datasets.Dataset` or a list of dicts passes through
+unchanged.
 
 Bad input stops with one line naming the file and, for text files, the 1-based line: JSON the
 parser rejects (with its message), bytes that are not UTF-8, a line that is not an object, a column
@@ -23,8 +24,9 @@ SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
 def load_records(source, *, key: str | None = None):
-    """A `datasets.Dataset` of the records in `source` (a path, see the module docstring); anything that is not
-    a str or Path is returned as it is. `key` (a config key such as "train_data") starts every error message."""
+    """A `datasets.Dataset` of the records in `source` (a path, see the module docstring); anything
+    that is not a str or Path is returned as it is. `key` (a config key such as "train_data") starts
+    every error message."""
     if not isinstance(source, (str, Path)):
         return source
     import datasets
@@ -43,8 +45,8 @@ def load_records(source, *, key: str | None = None):
         elif path.suffix in (".json", ".jsonl"):
             records, lines = _read_json(path)
         else:
-            raise ValueError(f"{path}: expected a {', '.join(SUFFIXES)} file or a datasets directory "
-                             "(save_to_disk)")
+            raise ValueError(f"{path}: expected a {', '.join(SUFFIXES)} file or a datasets "
+                             "directory (save_to_disk)")
         if not records:
             raise ValueError(f"{path}: no records (the file is empty)")
         _check_column_types(path, records, lines)
@@ -56,49 +58,57 @@ def load_records(source, *, key: str | None = None):
 
 
 def _read_text(path: Path) -> str:
-    """The file as text; bytes that are not UTF-8 are reported with their line and column (a BOM is allowed)."""
+    """The file as text; bytes that are not UTF-8 are reported with their line and column
+    (a BOM is allowed)."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line_start = data.rfind(b"\n", 0, e.start) + 1
         line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path} line {line}: bytes {data[e.start:e.end]!r} at column {e.start - line_start + 1} "
-                         "are not UTF-8; save the file as UTF-8") from None
+        raise ValueError(f"{path} line {line}: bytes {data[e.start:e.end]!r} at column "
+                         f"{e.start - line_start + 1} are not UTF-8; save the file as "
+                         "UTF-8") from None
 
 
 def _read_json(path: Path) -> tuple[list[dict], list[int]]:
-    """(records, the 1-based line of each): a JSON list of objects (.json) or one object per line."""
+    """(records, the 1-based line of each): a JSON list of objects (.json) or one object per
+    line."""
     text = _read_text(path)
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
             values = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+            raise ValueError(f"{path} line {e.lineno}: not valid JSON ({e.msg}, "
+                             f"column {e.colno})") from None
         records, lines = values, [None] * len(values)
         for i, record in enumerate(records):
             if not isinstance(record, dict):
-                raise ValueError(f"{path}: item {i} of the list is {type(record).__name__}, expected an object "
-                                 "({\"prompt\": ..., ...})")
+                raise ValueError(f"{path}: item {i} of the list is {type(record).__name__}, "
+                                 "expected an object ({\"prompt\": ..., ...})")
         return records, lines
     records, lines = [], []
-    # split on "\n" only: str.splitlines would also break lines at U+2028, which JSON strings may hold
+    # split on "\n" only: str.splitlines would also break lines at U+2028, which JSON
+    # strings may hold
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} line {number}: not valid JSON ({e.msg}, column {e.colno})") from None
+            raise ValueError(f"{path} line {number}: not valid JSON ({e.msg}, "
+                             f"column {e.colno})") from None
         if not isinstance(record, dict):
-            raise ValueError(f"{path} line {number}: expected a JSON object per line, got {type(record).__name__}")
+            raise ValueError(f"{path} line {number}: expected a JSON object per line, "
+                             f"got {type(record).__name__}")
         records.append(record)
         lines.append(number)
     return records, lines
 
 
 def _read_csv(path: Path) -> tuple[list[dict], list[int]]:
-    """(records, lines) of a CSV file with a header row; values stay strings ("42" is not turned into 42)."""
+    """(records, lines) of a CSV file with a header row; values stay strings ("42" is not turned
+    into 42)."""
     reader = csv.reader(_read_text(path).splitlines(keepends=True))
     try:
         header = next(reader, None)
@@ -109,8 +119,8 @@ def _read_csv(path: Path) -> tuple[list[dict], list[int]]:
             if not row:
                 continue
             if len(row) != len(header):
-                raise ValueError(f"{path} line {reader.line_num}: {len(row)} fields, the header has {len(header)} "
-                                 f"({', '.join(header)})")
+                raise ValueError(f"{path} line {reader.line_num}: {len(row)} fields, the header "
+                                 f"has {len(header)} ({', '.join(header)})")
             records.append(dict(zip(header, row)))
             lines.append(reader.line_num)
     except csv.Error as e:
@@ -173,20 +183,23 @@ def _kind(value: Any) -> str:
 
 
 def _kind_name(kind: type) -> str:
-    return {str: "a string", float: "a number", bool: "true/false", list: "a list", dict: "an object"}.get(
-        kind, kind.__name__)
+    return {str: "a string", float: "a number", bool: "true/false", list: "a list",
+            dict: "an object"}.get(kind, kind.__name__)
 
 
 def _load_saved_dataset(path: Path):
     import datasets
 
-    if not any((path / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
+    if not any((path / name).is_file()
+               for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
         raise ValueError(f"{path}: a directory, but not one written by datasets' save_to_disk (no "
-                         "dataset_info.json or dataset_dict.json); pass a data file or a saved dataset")
+                         "dataset_info.json or dataset_dict.json); pass a data file or a saved "
+                         "dataset")
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         splits = list(loaded)
-        raise ValueError(f"{path}: holds the splits {', '.join(splits)}; name one of them, e.g. {path / splits[0]}")
+        raise ValueError(f"{path}: holds the splits {', '.join(splits)}; name one of them, "
+                         f"e.g. {path / splits[0]}")
     if len(loaded) == 0:
         raise ValueError(f"{path}: no records (the dataset is empty)")
     return loaded

@@ -1,18 +1,20 @@
 """Synthetic, verifiable tasks: the data every lesson trains and evaluates on.
 
-Seven tiny domains whose answers a program can check, so the same examples serve SFT (imitate the completion),
-DPO (prefer the correct completion over a flawed one) and GRPO (reward the checked answer). An example:
+Seven tiny domains whose answers a program can check, so the same examples serve SFT (imitate the
+completion), DPO (prefer the correct completion over a flawed one) and GRPO (reward the checked
+answer). An example:
 
     {"domain": "arithmetic",
-     "prompt": "Ana has 5 pens. Ana gets 3 more. Ana doubles them. How many pens does Ana have now?",
+     "prompt": "Ana has 5 pens. Ana gets 3 more. Ana doubles them. "
+               "How many pens does Ana have now?",
      "reasoning": "5 + 3 = 8. 8 * 2 = 16.",
      "answer": "16",
      "completion": "5 + 3 = 8. 8 * 2 = 16. <answer>16</answer>"}
 
-Everything is a pure function of its seed (string-seeded `random.Random`, no global state). A prompt's split is fixed
-by a hash of its text, so train, validation and test never share a prompt, whatever seeds and sizes are asked for.
-The vocabulary is digits and a few hundred words: the tiny model's 1,024-piece tokenizer
-(scripts/build_tiny_tokenizer.py) covers it without byte fallback.
+Everything is a pure function of its seed (string-seeded `random.Random`, no global state). A
+prompt's split is fixed by a hash of its text, so train, validation and test never share a prompt,
+whatever seeds and sizes are asked for. The vocabulary is digits and a few hundred words: the tiny
+model's 1,024-piece tokenizer (scripts/build_tiny_tokenizer.py) covers it without byte fallback.
 """
 
 import functools
@@ -26,30 +28,38 @@ from collections.abc import Iterator, Sequence
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 SPLITS = ("train", "validation", "test")
-# How a completion is written: "plain" is `{reasoning} <answer>{answer}</answer>` (what the tiny model was pretrained
-# on); "reasoning" wraps the reasoning in tags, `<reasoning>{reasoning}</reasoning><answer>{answer}</answer>`, the
-# format reasoning-model recipes (and the capstone) train and reward.
+# How a completion is written: "plain" is `{reasoning} <answer>{answer}</answer>` (what the tiny
+# model was pretrained on); "reasoning" wraps the reasoning in tags,
+# `<reasoning>{reasoning}</reasoning><answer>{answer}</answer>`, the format reasoning-model recipes
+# (and the capstone) train and reward.
 STYLES = ("plain", "reasoning")
 
-# The small world. Fixed tables rather than seeded draws, so a fact is the same in every seed and split; the
-# countries are invented so that the tiny model can only know them from its own pretraining corpus.
+# The small world. Fixed tables rather than seeded draws, so a fact is the same in every seed and
+# split; the countries are invented so that the tiny model can only know them from its own
+# pretraining corpus.
 NAMES = ("Ana", "Ben", "Cal", "Dee", "Eli", "Fay", "Gus", "Ivy", "Jon", "Kim",
          "Leo", "Mia", "Ned", "Oli", "Pam", "Rex", "Sam", "Tom", "Una", "Zoe")
 ITEMS = ("apples", "pens", "books", "coins", "eggs", "cups", "stones", "cards", "shells", "beads")
-CAPITALS = {"Zarnia": "Velo", "Mondor": "Pika", "Tessa": "Rulo", "Brivia": "Kamo", "Olland": "Suri", "Quenta": "Dovo",
-            "Larum": "Fenn", "Estra": "Golo", "Corvia": "Miro", "Pallen": "Tiva", "Yorra": "Bexa", "Hestia": "Lume"}
-SOUNDS = {"dog": "woof", "cat": "meow", "cow": "moo", "duck": "quack", "sheep": "baa", "pig": "oink",
-          "hen": "cluck", "lion": "roar", "bee": "buzz", "frog": "ribbit", "horse": "neigh", "mouse": "squeak"}
-COLOURS_OF = {"the sky": "blue", "grass": "green", "snow": "white", "coal": "black", "a banana": "yellow",
-              "a tomato": "red", "a carrot": "orange", "milk": "white", "a leaf": "green", "the sun": "yellow",
-              "a cherry": "red", "chocolate": "brown", "a plum": "purple", "ash": "grey"}
+CAPITALS = {"Zarnia": "Velo", "Mondor": "Pika", "Tessa": "Rulo", "Brivia": "Kamo", "Olland": "Suri",
+            "Quenta": "Dovo", "Larum": "Fenn", "Estra": "Golo", "Corvia": "Miro", "Pallen": "Tiva",
+            "Yorra": "Bexa", "Hestia": "Lume"}
+SOUNDS = {"dog": "woof", "cat": "meow", "cow": "moo", "duck": "quack", "sheep": "baa",
+          "pig": "oink", "hen": "cluck", "lion": "roar", "bee": "buzz", "frog": "ribbit",
+          "horse": "neigh", "mouse": "squeak"}
+COLOURS_OF = {"the sky": "blue", "grass": "green", "snow": "white", "coal": "black",
+              "a banana": "yellow", "a tomato": "red", "a carrot": "orange", "milk": "white",
+              "a leaf": "green", "the sun": "yellow", "a cherry": "red", "chocolate": "brown",
+              "a plum": "purple", "ash": "grey"}
 PEOPLE = {  # name: (home country, pet, favourite colour)
-    "Ana": ("Zarnia", "cow", "red"), "Ben": ("Mondor", "dog", "blue"), "Cal": ("Tessa", "frog", "green"),
-    "Dee": ("Brivia", "cat", "yellow"), "Eli": ("Olland", "horse", "purple"), "Fay": ("Quenta", "bee", "pink"),
-    "Gus": ("Larum", "pig", "orange"), "Ivy": ("Estra", "duck", "white"), "Jon": ("Corvia", "lion", "black"),
-    "Kim": ("Pallen", "mouse", "brown"), "Leo": ("Yorra", "sheep", "grey"), "Mia": ("Hestia", "hen", "red"),
-    "Ned": ("Zarnia", "duck", "green"), "Oli": ("Mondor", "cat", "pink"), "Pam": ("Tessa", "dog", "purple"),
-    "Rex": ("Brivia", "lion", "blue"), "Sam": ("Olland", "cow", "yellow"), "Tom": ("Quenta", "horse", "white"),
+    "Ana": ("Zarnia", "cow", "red"), "Ben": ("Mondor", "dog", "blue"),
+    "Cal": ("Tessa", "frog", "green"), "Dee": ("Brivia", "cat", "yellow"),
+    "Eli": ("Olland", "horse", "purple"), "Fay": ("Quenta", "bee", "pink"),
+    "Gus": ("Larum", "pig", "orange"), "Ivy": ("Estra", "duck", "white"),
+    "Jon": ("Corvia", "lion", "black"), "Kim": ("Pallen", "mouse", "brown"),
+    "Leo": ("Yorra", "sheep", "grey"), "Mia": ("Hestia", "hen", "red"),
+    "Ned": ("Zarnia", "duck", "green"), "Oli": ("Mondor", "cat", "pink"),
+    "Pam": ("Tessa", "dog", "purple"), "Rex": ("Brivia", "lion", "blue"),
+    "Sam": ("Olland", "cow", "yellow"), "Tom": ("Quenta", "horse", "white"),
     "Una": ("Larum", "frog", "black"), "Zoe": ("Estra", "bee", "orange"),
 }
 # Words to spell, count and transform: reused from the world to keep the vocabulary small.
@@ -65,7 +75,8 @@ def _arithmetic(rng: random.Random) -> tuple[str, str, str]:
     sentences, steps = [f"{name} has {value} {items}."], []
     for _ in range(rng.randint(2, 4)):
         # Only moves that keep every intermediate a small positive integer.
-        moves = ["+"] + ["-"] * (value > 1) + ["*"] * (value <= 50) + ["/"] * (value % 2 == 0 or value % 3 == 0)
+        moves = (["+"] + ["-"] * (value > 1) + ["*"] * (value <= 50)
+                 + ["/"] * (value % 2 == 0 or value % 3 == 0))
         op = rng.choice(moves)
         if op == "+":
             arg = rng.randint(1, 9)
@@ -89,12 +100,14 @@ def _arithmetic(rng: random.Random) -> tuple[str, str, str]:
 def _compare(rng: random.Random) -> tuple[str, str, str]:
     a, b = rng.sample(range(1000), 2)
     word, pick = rng.choice((("larger", max), ("smaller", min)))
-    return f"Which is {word}, {a} or {b}?", f"{max(a, b)} is more than {min(a, b)}.", str(pick(a, b))
+    return (f"Which is {word}, {a} or {b}?", f"{max(a, b)} is more than {min(a, b)}.",
+            str(pick(a, b)))
 
 
 def _sort(rng: random.Random) -> tuple[str, str, str]:
     numbers = rng.sample(range(100), rng.randint(3, 5))
-    word, pick, order = rng.choice((("Smallest", min, "smallest to largest"), ("Largest", max, "largest to smallest")))
+    word, pick, order = rng.choice((("Smallest", min, "smallest to largest"),
+                                    ("Largest", max, "largest to smallest")))
     # Selection sort, written out: take the extreme, say what is left.
     left, done, steps = list(numbers), [], []
     while len(left) > 1:
@@ -133,14 +146,16 @@ def _sequence(rng: random.Random) -> tuple[str, str, str]:
     for _ in range(length):
         terms.append(_OPS[op](terms[-1], step))
     *shown, nxt = terms
-    return f"What comes next: {_join(shown)}?", f"Each step {verb} {step}. {shown[-1]} {op} {step} = {nxt}.", str(nxt)
+    return (f"What comes next: {_join(shown)}?",
+            f"Each step {verb} {step}. {shown[-1]} {op} {step} = {nxt}.", str(nxt))
 
 
 def _instruction(rng: random.Random) -> tuple[str, str, str]:
     word, task = rng.choice(WORDS), rng.choice(("reverse", "uppercase", "repeat"))
     letters = " ".join(word)
     if task == "reverse":
-        return f"Reverse the word {word}.", f"Spell {word}: {letters}. Backwards: {letters[::-1]}.", word[::-1]
+        return (f"Reverse the word {word}.",
+                f"Spell {word}: {letters}. Backwards: {letters[::-1]}.", word[::-1])
     if task == "uppercase":
         return (f"Write the word {word} in capital letters.",
                 f"Spell {word}: {letters}. In capitals: {letters.upper()}.", word.upper())
@@ -161,14 +176,16 @@ def _join(numbers: Sequence[int]) -> str:
 @functools.cache
 def _fact_questions() -> tuple[tuple[str, tuple[str, ...], str], ...]:
     """Every question the world answers, as (prompt, the fact sentences that answer it, answer)."""
-    capital = {country: f"The capital of {country} is {city}." for country, city in CAPITALS.items()}
+    capital = {country: f"The capital of {country} is {city}."
+               for country, city in CAPITALS.items()}
     says = {animal: f"A {animal} says {sound}." for animal, sound in SOUNDS.items()}
     questions = []
     for country, city in CAPITALS.items():
         questions += [(f"What is the capital of {country}?", (capital[country],), city),
                       (f"{city} is the capital of which country?", (capital[country],), country)]
     for thing, colour in COLOURS_OF.items():
-        questions.append((f"What colour is {thing}?", (f"{thing.capitalize()} is {colour}.",), colour))
+        questions.append((f"What colour is {thing}?", (f"{thing.capitalize()} is {colour}.",),
+                          colour))
     for animal, sound in SOUNDS.items():
         questions += [(f"What sound does a {animal} make?", (says[animal],), sound),
                       (f"Which animal says {sound}?", (says[animal],), animal)]
@@ -177,9 +194,11 @@ def _fact_questions() -> tuple[tuple[str, tuple[str, ...], str], ...]:
         questions += [
             (f"Where does {name} live?", (lives,), country),
             (f"What pet does {name} have?", (has,), pet),
-            (f"What is the favourite colour of {name}?", (f"The favourite colour of {name} is {colour}.",), colour),
+            (f"What is the favourite colour of {name}?",
+             (f"The favourite colour of {name} is {colour}.",), colour),
             # Two hops: the answer needs two facts chained, a case where written reasoning helps.
-            (f"What is the capital of the country where {name} lives?", (lives, capital[country]), CAPITALS[country]),
+            (f"What is the capital of the country where {name} lives?", (lives, capital[country]),
+             CAPITALS[country]),
             (f"What sound does the pet of {name} make?", (has, says[pet]), SOUNDS[pet]),
         ]
     return tuple(questions)
@@ -193,7 +212,8 @@ def fact_sentences() -> list[str]:
 # ---- Examples and splits ----
 
 def split_of(prompt: str) -> str:
-    """The split a prompt belongs to, fixed by its hash: about 80% train, 10% validation, 10% test."""
+    """The split a prompt belongs to, fixed by its hash: about 80% train, 10% validation, 10%
+    test."""
     bucket = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big") % 10
     return "train" if bucket < 8 else "validation" if bucket == 8 else "test"
 
@@ -208,7 +228,8 @@ def write_completion(reasoning: str, answer: str, style: str = "plain") -> str:
 
 
 def _draw(domain: str, rng: random.Random, split: str, style: str = "plain") -> dict[str, str]:
-    """One example of `domain` whose prompt falls in `split` (rejection sampling on the prompt's hash)."""
+    """One example of `domain` whose prompt falls in `split` (rejection sampling on the prompt's
+    hash)."""
     make = _GENERATORS[domain]
     for _ in range(10_000):
         prompt, reasoning, answer = make(rng)
@@ -219,18 +240,23 @@ def _draw(domain: str, rng: random.Random, split: str, style: str = "plain") -> 
     raise ValueError(f"no prompt of domain {domain!r} falls in split {split!r}")
 
 
-def generate(domain: str, n: int, *, seed: int = 0, split: str = "train", style: str = "plain") -> list[dict[str, str]]:
-    """`n` examples of one domain, all with prompts in `split`, completions written in `style` (see STYLES).
+def generate(domain: str, n: int, *, seed: int = 0, split: str = "train",
+             style: str = "plain") -> list[dict[str, str]]:
+    """`n` examples of one domain, all with prompts in `split`, completions written in `style`
+    (see STYLES).
 
-    Prompts never repeat across splits but may repeat within one: the facts domain has only 162 questions in all.
-    The style changes only the completion: the prompts, reasoning and answers are the same in both.
+    Prompts never repeat across splits but may repeat within one: the facts domain has only 162
+    questions in all. The style changes only the completion: the prompts, reasoning and answers are
+    the same in both.
     """
     rng = random.Random(f"{domain}/{split}/{seed}")
     return [_draw(domain, rng, split, style) for _ in range(n)]
 
 
-def _mixture(n: int, domains: Sequence[str], seed: int, split: str, style: str = "plain") -> list[dict[str, str]]:
-    """`n` examples from `split`, the domains in equal shares (the first few one more), in seeded random order."""
+def _mixture(n: int, domains: Sequence[str], seed: int, split: str,
+             style: str = "plain") -> list[dict[str, str]]:
+    """`n` examples from `split`, the domains in equal shares (the first few one more), in seeded
+    random order."""
     k = len(domains)
     rows = [ex for i, domain in enumerate(domains)
             for ex in generate(domain, n // k + (i < n % k), seed=seed, split=split, style=style)]
@@ -238,15 +264,16 @@ def _mixture(n: int, domains: Sequence[str], seed: int, split: str, style: str =
     return rows
 
 
-def make_splits(n_train: int, n_val: int, n_test: int, *, domains: Sequence[str] = DOMAINS, seed: int = 0,
-                style: str = "plain"):
-    """A `datasets.DatasetDict` with "train", "validation" and "test" splits of mixed domains, no prompt shared;
-    completions written in `style` ("plain" or "reasoning", see STYLES)."""
+def make_splits(n_train: int, n_val: int, n_test: int, *, domains: Sequence[str] = DOMAINS,
+                seed: int = 0, style: str = "plain"):
+    """A `datasets.DatasetDict` with "train", "validation" and "test" splits of mixed domains, no
+    prompt shared; completions written in `style` ("plain" or "reasoning", see STYLES)."""
     import datasets  # only the course needs `datasets`; the library imports without it
 
     sizes = dict(zip(SPLITS, (n_train, n_val, n_test)))
     return datasets.DatasetDict(
-        {split: datasets.Dataset.from_list(_mixture(n, domains, seed, split, style)) for split, n in sizes.items()})
+        {split: datasets.Dataset.from_list(_mixture(n, domains, seed, split, style))
+         for split, n in sizes.items()})
 
 
 # ---- Answers and rewards ----
@@ -260,11 +287,13 @@ def answer_of(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
-def reward_exact_match(prompts: Sequence, completions: Sequence[str], answer: Sequence[str], **kwargs) -> list[float]:
-    """1.0 for each completion whose tagged answer equals the reference (whitespace runs count as one), else 0.0.
+def reward_exact_match(prompts: Sequence, completions: Sequence[str], answer: Sequence[str],
+                       **kwargs) -> list[float]:
+    """1.0 for each completion whose tagged answer equals the reference (whitespace runs count as
+    one), else 0.0.
 
-    A TRL-style reward function. The references are named `answer` after the dataset column, because TRL passes
-    the dataset's columns as keyword arguments.
+    A TRL-style reward function. The references are named `answer` after the dataset column, because
+    TRL passes the dataset's columns as keyword arguments.
     """
     def score(completion, reference):
         got = answer_of(completion)
@@ -273,7 +302,8 @@ def reward_exact_match(prompts: Sequence, completions: Sequence[str], answer: Se
 
 
 def reward_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> list[float]:
-    """1.0 for each completion with exactly one non-empty <answer>...</answer> that ends it, else 0.0.
+    """1.0 for each completion with exactly one non-empty <answer>...</answer> that ends it, else
+    0.0.
 
     Requiring the answer to come last teaches the policy to stop once it has answered.
     """
@@ -285,17 +315,20 @@ def reward_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> li
     return [float(well_formed(c)) for c in completions]
 
 
-_REASONED = re.compile(r"\s*<reasoning>(?P<reasoning>[^<]*\S[^<]*)</reasoning>\s*<answer>[^<]*\S[^<]*</answer>\s*")
+_REASONED = re.compile(r"\s*<reasoning>(?P<reasoning>[^<]*\S[^<]*)</reasoning>"
+                       r"\s*<answer>[^<]*\S[^<]*</answer>\s*")
 
 
 def reward_reasoning_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> list[float]:
-    """1.0 for each completion that is exactly `<reasoning>...</reasoning><answer>...</answer>` (both non-empty,
-    nothing before or after but whitespace), else 0.0: the "reasoning" style's format reward."""
+    """1.0 for each completion that is exactly `<reasoning>...</reasoning><answer>...</answer>`
+    (both non-empty, nothing before or after but whitespace), else 0.0: the "reasoning" style's
+    format reward."""
     return [float(_REASONED.fullmatch(c) is not None) for c in completions]
 
 
 def has_reasoning(text: str) -> bool:
-    """Whether `text` holds a closed, non-empty <reasoning>...</reasoning> block (the reasoning-marker rate)."""
+    """Whether `text` holds a closed, non-empty <reasoning>...</reasoning> block
+    (the reasoning-marker rate)."""
     _, opened, rest = text.partition(REASONING_OPEN)
     inside, closed, _ = rest.partition(REASONING_CLOSE)
     return bool(opened and closed and inside.strip())
@@ -305,9 +338,10 @@ def has_reasoning(text: str) -> bool:
 
 def preference_pairs(n: int, seed: int = 0, *, domains: Sequence[str] = DOMAINS,
                      split: str = "train", style: str = "plain") -> list[dict[str, str]]:
-    """`n` rows {"domain", "prompt", "chosen", "rejected", "answer"}: chosen is the reference completion; rejected
-    keeps the reasoning but gives a wrong answer (half the rows), drops the answer tags, or leaves the tag unclosed.
-    The answer is kept so that a lesson can score the policy on the same prompts. `style` as in `make_splits`."""
+    """`n` rows {"domain", "prompt", "chosen", "rejected", "answer"}: chosen is the reference
+    completion; rejected keeps the reasoning but gives a wrong answer (half the rows), drops the
+    answer tags, or leaves the tag unclosed. The answer is kept so that a lesson can score the
+    policy on the same prompts. `style` as in `make_splits`."""
     rng = random.Random(f"preference/{split}/{seed}")
     rows = []
     for ex in _mixture(n, domains, seed, split, style):
@@ -326,7 +360,8 @@ def preference_pairs(n: int, seed: int = 0, *, domains: Sequence[str] = DOMAINS,
 
 
 def _wrong_answer(example: dict[str, str], rng: random.Random) -> str:
-    """A plausible wrong answer: a nearby number, two neighbours of a list swapped, or another answer of the domain."""
+    """A plausible wrong answer: a nearby number, two neighbours of a list swapped, or another
+    answer of the domain."""
     answer = example["answer"]
     if answer.isdigit():
         delta = rng.choice((-2, -1, 1, 2))
@@ -346,14 +381,18 @@ def _wrong_answer(example: dict[str, str], rng: random.Random) -> str:
 def pretraining_corpus(n_docs: int, seed: int = 0) -> Iterator[dict]:
     """Yield `n_docs` pretraining documents, each a dict with exactly one key:
 
-    - {"text": str}: plain text to tokenize as is. Either 3-8 sentences about the small world ("Ana lives in Zarnia.
-      A cow says moo. ..."; 30% of documents) or 1-3 worked problems from any domain, each written as
-      "Question: {prompt}\\nAnswer: {completion}" and separated by blank lines (50%).
-    - {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]}: an
-      instruction exchange (20%). The pretrainer renders it with the same chat template as SFT, inserting the turn
-      markers as token ids, so that their embeddings are trained before the SFT lessons.
+    - {"text": str}: plain text to tokenize as is. Either 3-8 sentences about the small world
+      ("Ana lives in Zarnia. A cow says moo. ..."; 30% of documents) or 1-3 worked problems from any
+      domain, each written as "Question: {prompt}\\nAnswer: {completion}" and separated by blank
+      lines (50%).
+    - {"messages": [{"role": "user", "content": prompt},
+                    {"role": "assistant", "content": completion}]}:
+      an instruction exchange (20%). The pretrainer renders it with the same chat template as SFT,
+      inserting the turn markers as token ids, so that their embeddings are trained before the SFT
+      lessons.
 
-    Problems come from the train split only, so validation and test prompts stay unseen by the pretrained model.
+    Problems come from the train split only, so validation and test prompts stay unseen by the
+    pretrained model.
     """
     rng = random.Random(f"corpus/{seed}")
     facts = fact_sentences()
@@ -363,7 +402,8 @@ def pretraining_corpus(n_docs: int, seed: int = 0) -> Iterator[dict]:
             yield {"text": " ".join(rng.sample(facts, rng.randint(3, 8)))}
         elif kind < 0.8:
             problems = [_draw(rng.choice(DOMAINS), rng, "train") for _ in range(rng.randint(1, 3))]
-            yield {"text": "\n\n".join(f"Question: {ex['prompt']}\nAnswer: {ex['completion']}" for ex in problems)}
+            yield {"text": "\n\n".join(f"Question: {ex['prompt']}\nAnswer: {ex['completion']}"
+                                       for ex in problems)}
         else:
             ex = _draw("instruction", rng, "train")
             yield {"messages": [{"role": "user", "content": ex["prompt"]},

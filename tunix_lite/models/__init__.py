@@ -3,4 +3,5 @@
 from tunix_lite.models.config import PRESETS, ModelConfig, RopeScaling, get_config
 from tunix_lite.models.transformer import KVCache, Transformer, set_training_options
 
-__all__ = ["PRESETS", "ModelConfig", "RopeScaling", "get_config", "KVCache", "Transformer", "set_training_options"]
+__all__ = ["PRESETS", "ModelConfig", "RopeScaling", "get_config", "KVCache", "Transformer",
+           "set_training_options"]

@@ -1,4 +1,5 @@
-"""One frozen dataclass configures Gemma 2 and 3, Llama 3 and Qwen 3; presets are data."""
+"""One frozen dataclass configures Gemma 2 and 3, Llama 3 and Qwen 3; presets are data; `family_of`
+names the family of a Hugging Face config.json."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import dataclasses
 from typing import Literal
 
 Family = Literal["gemma2", "gemma3", "llama3", "qwen3"]
+
+# Hugging Face config.json `model_type` -> our family
+_MODEL_TYPES: dict[str, Family] = {"gemma2": "gemma2", "gemma3_text": "gemma3", "gemma3": "gemma3",
+                                   "llama": "llama3", "qwen3": "qwen3"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +59,8 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of "
+                             f"num_kv_heads={self.num_kv_heads}")
         if (self.sliding_window is None) != (self.sliding_window_pattern is None):
             raise ValueError("sliding_window and sliding_window_pattern go together")
 
@@ -73,26 +79,28 @@ class ModelConfig:
 
 def _gemma3(**kw) -> ModelConfig:
     defaults = dict(
-        family="gemma3", activation="gelu_tanh", norm_plus_one=True, qk_norm=True, sandwich_norm=True,
-        scale_embeddings=True, tie_embeddings=True, rope_base=1_000_000.0, rope_local_base=10_000.0,
-        sliding_window_pattern=6, norm_eps=1e-6,
+        family="gemma3", activation="gelu_tanh", norm_plus_one=True, qk_norm=True,
+        sandwich_norm=True, scale_embeddings=True, tie_embeddings=True, rope_base=1_000_000.0,
+        rope_local_base=10_000.0, sliding_window_pattern=6, norm_eps=1e-6,
     )
     return ModelConfig(**(defaults | kw))
 
 
 PRESETS: dict[str, ModelConfig] = {
-    # The embedded default: Gemma 3 architecture at toy size, pretrained by scripts/pretrain_tiny.py.
+    # The embedded default: Gemma 3 architecture at toy size, pretrained by
+    # scripts/pretrain_tiny.py.
     "tiny": _gemma3(
-        vocab_size=1024, embed_dim=256, num_layers=6, num_heads=4, num_kv_heads=1, head_dim=64, mlp_dim=768,
-        sliding_window=128, query_pre_attn_scalar=64, max_seq_len=1024,
+        vocab_size=1024, embed_dim=256, num_layers=6, num_heads=4, num_kv_heads=1, head_dim=64,
+        mlp_dim=768, sliding_window=128, query_pre_attn_scalar=64, max_seq_len=1024,
     ),
     "gemma3-270m": _gemma3(
         vocab_size=262_144, embed_dim=640, num_layers=18, num_heads=4, num_kv_heads=1, head_dim=256,
         mlp_dim=2048, sliding_window=512, query_pre_attn_scalar=256, max_seq_len=32_768,
     ),
     "gemma3-1b": _gemma3(
-        vocab_size=262_144, embed_dim=1152, num_layers=26, num_heads=4, num_kv_heads=1, head_dim=256,
-        mlp_dim=6912, sliding_window=512, query_pre_attn_scalar=256, max_seq_len=32_768,
+        vocab_size=262_144, embed_dim=1152, num_layers=26, num_heads=4, num_kv_heads=1,
+        head_dim=256, mlp_dim=6912, sliding_window=512, query_pre_attn_scalar=256,
+        max_seq_len=32_768,
     ),
     "gemma2-2b": ModelConfig(
         family="gemma2", vocab_size=256_000, embed_dim=2304, num_layers=26, num_heads=8,
@@ -102,16 +110,17 @@ PRESETS: dict[str, ModelConfig] = {
         max_seq_len=8192,
     ),
     "llama3.2-1b": ModelConfig(
-        family="llama3", vocab_size=128_256, embed_dim=2048, num_layers=16, num_heads=32, num_kv_heads=8,
-        head_dim=64, mlp_dim=8192, activation="silu", norm_eps=1e-5, rope_base=500_000.0,
+        family="llama3", vocab_size=128_256, embed_dim=2048, num_layers=16, num_heads=32,
+        num_kv_heads=8, head_dim=64, mlp_dim=8192, activation="silu", norm_eps=1e-5,
+        rope_base=500_000.0,
         rope_scaling=RopeScaling("llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                  original_max_position=8192),
         max_seq_len=131_072, bos_id=128_000, eos_id=128_001, pad_id=128_004,
     ),
     "qwen3-0.6b": ModelConfig(
-        family="qwen3", vocab_size=151_936, embed_dim=1024, num_layers=28, num_heads=16, num_kv_heads=8,
-        head_dim=128, mlp_dim=3072, activation="silu", norm_eps=1e-6, qk_norm=True, rope_base=1_000_000.0,
-        max_seq_len=40_960, bos_id=151_643, eos_id=151_645, pad_id=151_643,
+        family="qwen3", vocab_size=151_936, embed_dim=1024, num_layers=28, num_heads=16,
+        num_kv_heads=8, head_dim=128, mlp_dim=3072, activation="silu", norm_eps=1e-6, qk_norm=True,
+        rope_base=1_000_000.0, max_seq_len=40_960, bos_id=151_643, eos_id=151_645, pad_id=151_643,
     ),
 }
 
@@ -120,4 +129,15 @@ def get_config(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
     except KeyError:
-        raise KeyError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+        raise KeyError(f"unknown model preset {name!r}; choose one of: "
+                       f"{', '.join(PRESETS)}") from None
+
+
+def family_of(hf: dict) -> Family:
+    """The model family of a parsed Hugging Face config.json (a multimodal Gemma 3 by its
+    text_config)."""
+    model_type = "gemma3_text" if "text_config" in hf else hf.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
+                         f"supported: {', '.join(sorted(_MODEL_TYPES))}")
+    return _MODEL_TYPES[model_type]

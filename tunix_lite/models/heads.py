@@ -1,9 +1,9 @@
-"""A scalar head on a transformer's features: the reward model (one score per sequence) and PPO's value head
-(one value per position) are both this module.
+"""A scalar head on a transformer's features: the reward model (one score per sequence) and PPO's
+value head (one value per position) are both this module.
 
     critic = ScalarHead(backbone, rngs=nnx.Rngs(0))
-    values = critic(tokens, positions)                 # [B, T] float32
-    scores = critic.last(tokens, positions)            # [B]: the value at each row's last real token
+    values = critic(tokens, positions)         # [B, T] float32
+    scores = critic.last(tokens, positions)    # [B]: the value at each row's last real token
 
 The head reads `Transformer.features` (after the final norm), as the lm head does. Its kernel is an
 nnx.Param under the path `head`, so it trains beside LoRA adapters with
@@ -23,7 +23,8 @@ class ScalarHead(nnx.Module):
     def __init__(self, backbone: Transformer, *, rngs: nnx.Rngs):
         D = backbone.config.embed_dim
         self.backbone = backbone
-        # zero init: a fresh head outputs 0 everywhere (no initial bias toward either answer of a pair)
+        # zero init: a fresh head outputs 0 everywhere
+        # (no initial bias toward either answer of a pair)
         self.head = nnx.Linear(D, 1, use_bias=True, kernel_init=nnx.initializers.zeros, rngs=rngs,
                                kernel_metadata={"logical_axes": ("embed", None)})
 
@@ -34,7 +35,8 @@ class ScalarHead(nnx.Module):
         return self.head(features.astype(jnp.float32))[..., 0]
 
     def last(self, tokens: jax.Array, positions: jax.Array) -> jax.Array:
-        """[B]: the scalar at each row's last real token (the largest position; padding has position -1)."""
+        """[B]: the scalar at each row's last real token (the largest position;
+        padding has position -1)."""
         values = self(tokens, positions)
         last = jnp.argmax(positions, axis=1)
         return jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]

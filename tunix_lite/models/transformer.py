@@ -1,15 +1,15 @@
 """A decoder-only transformer in Flax NNX: Gemma 2, Gemma 3, Llama 3 and Qwen 3 from one config.
 
-Read top to bottom: pure functions (norm, RoPE, masks, attention), then modules (RMSNorm, Attention, MLP,
-Block, Transformer). Shapes use B=batch, T=query length, S=key length, D=embed, N=query heads,
+Read top to bottom: pure functions (norm, RoPE, masks, attention), then modules (RMSNorm, Attention,
+MLP, Block, Transformer). Shapes use B=batch, T=query length, S=key length, D=embed, N=query heads,
 K=kv heads, H=head dim, F=mlp dim, V=vocab.
 
-Positions carry padding: a position < 0 marks a padded token (queries) or an empty cache slot (keys),
-so one int array replaces a separate attention mask.
+Positions carry padding: a position < 0 marks a padded token (queries) or an empty cache slot
+(keys), so one int array replaces a separate attention mask.
 
 Every parameter carries `logical_axes` metadata (vocab / embed / heads / kv_heads / mlp) that
-`tunix_lite.sharding` maps onto a device mesh; activations are constrained to their logical axes at block
-boundaries (`constrain`, which does nothing unless a mesh is set).
+`tunix_lite.sharding` maps onto a device mesh; activations are constrained to their logical axes at
+block boundaries (`constrain`, which does nothing unless a mesh is set).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def soft_cap(x: jax.Array, cap: float | None) -> jax.Array:
     return x if cap is None else jnp.tanh(x / cap) * cap
 
 
-def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | None = None) -> jax.Array:
+def rope_inverse_frequencies(head_dim: int, base: float,
+                             scaling: RopeScaling | None = None) -> jax.Array:
     """[H/2] rotation speeds base**(-2i/H), optionally rescaled (Llama 3.1+ 'llama3', or 'linear').
 
     Computed on the host in NumPy, as the float32 reciprocal of the float32-rounded power, which is
@@ -77,7 +78,8 @@ def rope_inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling | 
 
 def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0,
                scaling: RopeScaling | None = None) -> jax.Array:
-    """Rotate x [B, T, heads, H] by angle position * frequency, 'rotate-half' pairing (i, i + H/2)."""
+    """Rotate x [B, T, heads, H] by angle position * frequency, 'rotate-half' pairing
+    (i, i + H/2)."""
     inv_freq = rope_inverse_frequencies(x.shape[-1], base, scaling)
     angles = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, H/2]
     sin, cos = jnp.sin(angles)[:, :, None, :], jnp.cos(angles)[:, :, None, :]  # [B, T, 1, H/2]
@@ -86,11 +88,14 @@ def apply_rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0,
 
 
 def attention_mask(q_pos: jax.Array, k_pos: jax.Array, *, sliding_window: int | None = None,
-                   q_segment: jax.Array | None = None, k_segment: jax.Array | None = None) -> jax.Array:
-    """bool [B, T, S]: query t may attend key s (causal, key present, within the window, same segment).
+                   q_segment: jax.Array | None = None,
+                   k_segment: jax.Array | None = None) -> jax.Array:
+    """bool [B, T, S]: query t may attend key s (causal, key present, within the window,
+    same segment).
 
-    Keys of segment SHARED_PREFIX (-1) are seen by every segment of their row: a prompt that two completions packed
-    into one row both continue (`tunix_lite.preference.dpo.shared_prompt_features`)."""
+    Keys of segment SHARED_PREFIX (-1) are seen by every segment of their row: a prompt that two
+    completions packed into one row both continue
+    (`tunix_lite.preference.scoring.shared_prompt_features`)."""
     q, k = q_pos[:, :, None], k_pos[:, None, :]
     mask = (k >= 0) & (k <= q)
     if sliding_window is not None:
@@ -111,12 +116,14 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: 
 
 def kv_major_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float,
                        softcap: float | None = None) -> jax.Array:
-    """`attention` with k/v laid out [B,K,S,H], the KV cache's layout, so decoding reads the cache as it is.
+    """`attention` with k/v laid out [B,K,S,H], the KV cache's layout, so decoding reads the cache
+    as it is.
 
-    Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v repeated:
-    a kv head's G query heads are stacked into one [G*T, H] block, so both products are plain batched
-    matmuls over (B, K) with the head dimension last. Contracting the [B, T, K, G, H] layout directly
-    made XLA:CPU transpose around every product, 1.7x slower forward and backward on the benchmark shape.
+    Each of the K kv heads serves G = N/K query heads; the query heads are grouped, not k/v
+    repeated: a kv head's G query heads are stacked into one [G*T, H] block, so both products are
+    plain batched matmuls over (B, K) with the head dimension last. Contracting the [B, T, K, G, H]
+    layout directly made XLA:CPU transpose around every product.
+    Measured: benchmarks/RESULTS.md, "Where tunix_lite does not win, and why".
     """
     B, T, N, H = q.shape
     K = k.shape[1]
@@ -150,7 +157,8 @@ class KVCache(NamedTuple):
     step j; `positions` [B, S] is its position (-1: empty or padding). `end` is the next free slot,
     shared by all rows because prompts are left-padded to a common length."""
 
-    k: tuple[jax.Array, ...]  # per layer [B, K, S, H]: kv-head major, as attention's matmuls read it
+    # per layer [B, K, S, H]: kv-head major, as attention's matmuls read it
+    k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
     positions: jax.Array  # [B, S] int32
     end: jax.Array  # int32 scalar
@@ -171,10 +179,11 @@ class KVCache(NamedTuple):
 ACTIVATIONS = {"gelu_tanh": partial(jax.nn.gelu, approximate=True), "silu": jax.nn.silu}
 
 
-# o_proj, the MLP and the lm head take x as [B*T, D], not [B, T, D]: for the weight gradient of a 3-D
-# x @ W, XLA:CPU first copies the output gradient into a transposed layout, which cost a third of a training
-# step (benchmarks/RESULTS.md); a 2-D x @ W needs no copy, and the reshapes move no data. q/k/v stay 3-D:
-# flattening them changed Gemma 3's float32 rounding (tests/test_weights.py) for no measurable gain.
+# o_proj, the MLP and the lm head take x as [B*T, D], not [B, T, D]: for the weight gradient of a
+# 3-D x @ W, XLA:CPU first copies the output gradient into a transposed layout; a 2-D x @ W needs
+# no copy, and the reshapes move no data. q/k/v stay 3-D: flattening them changed Gemma 3's float32
+# rounding (tests/test_weights.py) for no measurable gain.
+# Measured: benchmarks/RESULTS.md, "Where tunix_lite does not win, and why".
 def _dense(din: int, dout: int, axes: tuple, config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear:
     return nnx.Linear(din, dout, use_bias=False, dtype=config.dtype, rngs=rngs,
                       kernel_init=nnx.initializers.normal(din ** -0.5),
@@ -183,7 +192,8 @@ def _dense(din: int, dout: int, axes: tuple, config: ModelConfig, rngs: nnx.Rngs
 
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, config: ModelConfig):
-        # Gemma stores w and multiplies by (1 + w), so its neutral init is 0; Llama/Qwen store the scale.
+        # Gemma stores w and multiplies by (1 + w), so its neutral init is 0; Llama/Qwen store
+        # the scale.
         init = jnp.zeros if config.norm_plus_one else jnp.ones
         self.scale = nnx.Param(init((dim,), jnp.float32), logical_axes=(None,))
         self.plus_one, self.eps = config.norm_plus_one, config.norm_eps
@@ -199,15 +209,18 @@ class Attention(nnx.Module):
         self.config = c
         self.is_global = c.is_global(layer)
         self.q_proj = _dense(c.embed_dim, c.num_heads * c.head_dim, ("embed", "heads"), c, rngs)
-        self.k_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"), c, rngs)
-        self.v_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"), c, rngs)
+        self.k_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"),
+                             c, rngs)
+        self.v_proj = _dense(c.embed_dim, c.num_kv_heads * c.head_dim, ("embed", "kv_heads"),
+                             c, rngs)
         self.o_proj = _dense(c.num_heads * c.head_dim, c.embed_dim, ("heads", "embed"), c, rngs)
         if c.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(c.head_dim, c), RMSNorm(c.head_dim, c)
         self.implementation = "einsum"  # see ATTENTION_IMPLEMENTATIONS (set_training_options)
 
     def project(self, x, positions):
-        """x [B,T,D], positions [B,T] -> q [B,T,N,H], k, v [B,T,K,H]: projected, q/k-normed and rotated."""
+        """x [B,T,D], positions [B,T] -> q [B,T,N,H], k, v [B,T,K,H]: projected, q/k-normed
+        and rotated."""
         c = self.config
         B, T, _ = x.shape
         q = constrain(self.q_proj(x).reshape(B, T, c.num_heads, c.head_dim), ACT_BTNH)
@@ -221,7 +234,8 @@ class Attention(nnx.Module):
             base, scaling = c.rope_local_base or c.rope_base, None
         return apply_rope(q, positions, base, scaling), apply_rope(k, positions, base, scaling), v
 
-    def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None, cache_end=None):
+    def __call__(self, x, positions, *, segment_ids=None, kv_cache=None, cache_positions=None,
+                 cache_end=None):
         """x [B,T,D], positions [B,T]. With kv_cache=(k [B,K,S,H], v) the new keys are written at
         slot `cache_end` and attention runs over the whole cache; returns (out [B,T,D], (k, v))."""
         c = self.config
@@ -229,27 +243,30 @@ class Attention(nnx.Module):
         q, k, v = self.project(x, positions)
         window = None if self.is_global else c.sliding_window
         if kv_cache is None:
-            mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
-                                  k_segment=segment_ids)
+            mask = attention_mask(positions, positions, sliding_window=window,
+                                  q_segment=segment_ids, k_segment=segment_ids)
             # jax.nn.dot_product_attention cannot soft-cap scores: Gemma 2 always uses einsum
             if self.implementation == "einsum" or c.attn_logit_softcap is not None:
                 out = attention(q, k, v, mask, c.attn_scale, c.attn_logit_softcap)
-            else:  # jax's fused attention (cuDNN's flash attention on NVIDIA GPUs) under the same mask
+            else:  # jax's fused attention (cuDNN's flash attention on NVIDIA GPUs), same mask
                 q, k = q.astype(v.dtype), k.astype(v.dtype)
                 out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=c.attn_scale,
                                                    implementation=self.implementation)
         else:
-            # The cache is stored [B,K,S,H]: the T new entries are transposed once, never the cache (decoding
-            # a [B,S,K,H] cache copied the whole of it into this layout at every layer of every step).
-            k, v = (jax.lax.dynamic_update_slice(cache, new.swapaxes(1, 2).astype(cache.dtype), (0, 0, cache_end, 0))
+            # The cache is stored [B,K,S,H]: the T new entries are transposed once, never the cache
+            # (decoding a [B,S,K,H] cache copied the whole of it into this layout at every layer of
+            # every step).
+            k, v = (jax.lax.dynamic_update_slice(cache, new.swapaxes(1, 2).astype(cache.dtype),
+                                                 (0, 0, cache_end, 0))
                     for cache, new in zip(kv_cache, (k, v)))
             mask = attention_mask(positions, cache_positions, sliding_window=window)
             out = kv_major_attention(q, k, v, mask, c.attn_scale, c.attn_logit_softcap)
         return self.o_proj(out.reshape(B * T, c.num_heads * c.head_dim)).reshape(B, T, -1), (k, v)
 
     def weights(self, x, positions, *, segment_ids=None) -> jax.Array:
-        """The attention probabilities [B,N,T,T] this layer gives its input x [B,T,D] (no cache): an attention
-        map computed from a hidden state, with this layer's own projections, norms, RoPE and mask."""
+        """The attention probabilities [B,N,T,T] this layer gives its input x [B,T,D] (no cache):
+        an attention map computed from a hidden state, with this layer's own projections, norms,
+        RoPE and mask."""
         q, k, _ = self.project(x, positions)
         window = None if self.is_global else self.config.sliding_window
         mask = attention_mask(positions, positions, sliding_window=window, q_segment=segment_ids,
@@ -269,7 +286,8 @@ class MLP(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h = x.reshape(-1, x.shape[-1])  # [B*T, D]
-        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(h)) * self.up_proj(h)).reshape(x.shape)
+        return self.down_proj(ACTIVATIONS[self.activation](self.gate_proj(h))
+                              * self.up_proj(h)).reshape(x.shape)
 
 
 class Block(nnx.Module):
@@ -285,13 +303,14 @@ class Block(nnx.Module):
         self.sandwich = config.sandwich_norm
 
     def attention_weights(self, x, positions, *, segment_ids=None) -> jax.Array:
-        """[B,N,T,T]: the attention probabilities of this block given its input x [B,T,D], e.g. hidden[i] of
-        `Transformer.features(..., return_hidden=True)` for block i."""
+        """[B,N,T,T]: the attention probabilities of this block given its input x [B,T,D], e.g.
+        hidden[i] of `Transformer.features(..., return_hidden=True)` for block i."""
         return self.attn.weights(self.input_norm(x), positions, segment_ids=segment_ids)
 
     def __call__(self, x, positions, **attn_kwargs):
-        # On a mesh the residual stream enters and leaves every block as [B, T, D] with rows split and D whole
-        # (a no-op without one): left alone, XLA may split D like the FSDP weights and all-reduce every norm.
+        # On a mesh the residual stream enters and leaves every block as [B, T, D] with rows split
+        # and D whole (a no-op without one): left alone, XLA may split D like the FSDP weights and
+        # all-reduce every norm.
         x = constrain(x, ACT_BTD)
         h, kv = self.attn(self.input_norm(x), positions, **attn_kwargs)
         x = x + (self.post_attn_norm(h) if self.sandwich else h)
@@ -315,8 +334,10 @@ class Transformer(nnx.Module):
                                   embedding_metadata={"logical_axes": ("vocab", "embed")})
         self.layers = nnx.List([Block(c, i, rngs=rngs) for i in range(c.num_layers)])
         self.final_norm = RMSNorm(c.embed_dim, c)
-        self.remat = False  # recompute each block's activations in the backward pass (set_training_options)
-        self.logits_chunk = None  # tokens per vocabulary-projection chunk in sequence_log_probs (None: all at once)
+        # recompute each block's activations in the backward pass (set_training_options)
+        self.remat = False
+        # tokens per vocabulary-projection chunk in sequence_log_probs (None: all at once)
+        self.logits_chunk = None
         if not c.tie_embeddings:
             self.lm_head = _dense(c.embed_dim, c.vocab_size, ("embed", "vocab"), c, rngs)
 
@@ -324,8 +345,9 @@ class Transformer(nnx.Module):
         table = self.embedder.embedding[...]
         if self.embedder.dtype is not None:
             table = table.astype(self.embedder.dtype)
-        # On a mesh, gather the table's model dimension first (FSDP's usual weight all-gather): a lookup into a
-        # D-split table yields D-split rows, which XLA cannot cheaply turn into the row-split [B, T, D] layout.
+        # On a mesh, gather the table's model dimension first (FSDP's usual weight all-gather): a
+        # lookup into a D-split table yields D-split rows, which XLA cannot cheaply turn into the
+        # row-split [B, T, D] layout.
         x = jnp.take(constrain(table, ("vocab", None)), tokens, axis=0)
         if self.config.scale_embeddings:
             x = x * jnp.asarray(math.sqrt(self.config.embed_dim), x.dtype)
@@ -351,9 +373,10 @@ class Transformer(nnx.Module):
 
     def features(self, tokens: jax.Array, positions: jax.Array | None = None, *,
                  segment_ids: jax.Array | None = None, return_hidden: bool = False):
-        """tokens [B,T] -> the final-normed residual stream [B,T,D], what the lm head reads: the input of a
-        value head (PPO), of feature distillation and of chunked log-probs. With return_hidden, also the
-        residual stream before the first block and after each block, [L+1] x [B,T,D]."""
+        """tokens [B,T] -> the final-normed residual stream [B,T,D], what the lm head reads: the
+        input of a value head (PPO), of feature distillation and of chunked log-probs. With
+        return_hidden, also the residual stream before the first block and after each block, [L+1]
+        x [B,T,D]."""
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
         x = self._embed(tokens)
@@ -367,10 +390,11 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, *,
                  segment_ids: jax.Array | None = None, return_hidden: bool = False):
-        """tokens [B,T] -> logits [B,T,V] (float32). positions default to 0..T-1; a position < 0 marks
-        padding. segment_ids [B,T] keep packed sequences from attending to each other.
-        With return_hidden, also returns the residual stream before the first block and after each block,
-        [L+1] x [B,T,D] (hidden[0] is the scaled embedding, hidden[i] the output of block i)."""
+        """tokens [B,T] -> logits [B,T,V] (float32). positions default to 0..T-1; a position <
+        0 marks padding. segment_ids [B,T] keep packed sequences from attending to each other.
+        With return_hidden, also returns the residual stream before the first block and after each
+        block, [L+1] x [B,T,D] (hidden[0] is the scaled embedding, hidden[i] the output of
+        block i)."""
         out = self.features(tokens, positions, segment_ids=segment_ids, return_hidden=return_hidden)
         if return_hidden:
             return self.logits(out[0]), out[1]
@@ -382,33 +406,40 @@ class Transformer(nnx.Module):
         logits [B,T,V] and the cache with these T tokens written at slots end..end+T-1.
         last_only: logits of the last position only, [B,1,V] (a prefill needs no more, and with a
         262k vocabulary the full [B,T,V] projection would dominate its cost)."""
-        cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions.astype(jnp.int32), (0, cache.end))
+        cache_positions = jax.lax.dynamic_update_slice(cache.positions, positions.astype(jnp.int32),
+                                                       (0, cache.end))
         x = self._embed(tokens)
         ks, vs = [], []
         for block, k, v in zip(self.layers, cache.k, cache.v):
-            x, (k, v) = block(x, positions, kv_cache=(k, v), cache_positions=cache_positions, cache_end=cache.end)
+            x, (k, v) = block(x, positions, kv_cache=(k, v), cache_positions=cache_positions,
+                              cache_end=cache.end)
             ks.append(k)
             vs.append(v)
         new_cache = KVCache(tuple(ks), tuple(vs), cache_positions, cache.end + tokens.shape[1])
         return self.logits(self.final_norm(x[:, -1:] if last_only else x)), new_cache
 
 
-# How training's attention (no KV cache) is computed: "einsum" is `attention` above; "xla" and "cudnn" are
-# jax.nn.dot_product_attention's implementations ("cudnn": fused flash attention, NVIDIA GPUs only).
+# How training's attention (no KV cache) is computed: "einsum" is `attention` above; "xla" and
+# "cudnn" are jax.nn.dot_product_attention's implementations ("cudnn": fused flash attention, NVIDIA
+# GPUs only).
 ATTENTION_IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
 
 
-def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None, remat: bool | None = None,
-                         logits_chunk: int | None = None, attention: str | None = None):
+def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None,
+                         remat: bool | None = None, logits_chunk: int | None = None,
+                         attention: str | None = None):
     """Change how `model` computes, in place, without touching its parameters.
 
     compute_dtype: run matmuls and activations in e.g. "bfloat16" (mixed precision). Parameters stay
-    float32, so the optimizer updates float32 masters; norms, softmax, logits and the loss stay float32.
+    float32, so the optimizer updates float32 masters; norms, softmax, logits and the loss stay
+    float32.
     remat: recompute each block's activations during the backward pass instead of storing them: less
     memory for more compute (about one extra forward).
-    logits_chunk: score tokens (`sequence_log_probs`) this many at a time, so the float32 [B, T, V] logits
-    never exist at once: with Gemma's 262k vocabulary they are 1 GB per 1,024 tokens. 0 turns it off.
-    attention: one of ATTENTION_IMPLEMENTATIONS, for the forward and backward passes without a KV cache.
+    logits_chunk: score tokens (`sequence_log_probs`) this many at a time, so the float32 [B, T, V]
+    logits never exist at once: with Gemma's 262k vocabulary they are 1 GB per 1,024 tokens. 0 turns
+    it off.
+    attention: one of ATTENTION_IMPLEMENTATIONS, for the forward and backward passes without a KV
+    cache.
     Returns the model.
     """
     if compute_dtype is not None:
@@ -426,7 +457,8 @@ def set_training_options(model: nnx.Module, *, compute_dtype: str | None = None,
         model.logits_chunk = logits_chunk or None
     if attention is not None:
         if attention not in ATTENTION_IMPLEMENTATIONS:
-            raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, got {attention!r}")
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLEMENTATIONS}, "
+                             f"got {attention!r}")
         for _, module in nnx.iter_modules(model):
             if isinstance(module, Attention):
                 module.implementation = attention

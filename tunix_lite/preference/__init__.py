@@ -1,9 +1,11 @@
-"""Preference tuning: pairs of a better and a worse completion (DPO and its family, ORPO, SimPO, KTO) and a
-Bradley-Terry reward model.
+"""Preference tuning: pairs of a better and a worse completion (DPO and its family, ORPO, SimPO,
+KTO) and a Bradley-Terry reward model.
 
-- data.py: TRL-convention records (prompt / chosen / rejected, or KTO's prompt / completion / label) -> [pairs, 2, T]
+- data.py: TRL-convention records (prompt / chosen / rejected, or KTO's prompt / completion / label)
+  -> [pairs, 2, T]
 - losses.py: the losses as pure functions of completion log-probs, with TRL's metric names
+- scoring.py: completion log-probs of pair rows (a window of the lm head, each prompt run once)
 - dpo.py: DPOConfig and run_dpo (every loss above), on the shared run harness
 - reward_model.py: a scalar head trained on the same pairs, and a TRL-style reward function for RL
-- evaluation.py: held-out pair accuracy and the flaws of greedy generations
+- evaluation.py: exact match, format and the flaws of greedy generations
 """

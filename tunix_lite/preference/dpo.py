@@ -1,117 +1,122 @@
-"""Preference tuning end to end: one config in, a trained policy, its history and before/after scores out.
+"""Preference tuning end to end: one config in, a trained policy, its history and before/after
+scores out.
 
-    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")    # loss_type: sigmoid, ipo, hinge, robust, dpop, orpo, ...
+    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")
+                                          # loss_type: sigmoid, ipo, hinge, robust, dpop, orpo, ...
     result = run_dpo(config)
-    result.before, result.after                              # held-out pair metrics, greedy accuracy and answer flaws
+    result.before, result.after           # held-out pair metrics, greedy accuracy and answer flaws
 
-`tunix-lite train --config FILE.yaml` with `algorithm: dpo` runs the same function. The policy starts from `model`;
-the reference π_ref is that same starting model, frozen. `reference` says how the loss gets π_ref's log-probs:
-- "precomputed" (default): one pass of the reference over every pair before training; the [n, 2] log-probs ride in
-  the batches as an extra (`ref_logps`), so a training step runs the policy only.
-- "online": the reference runs inside every step on the same micro-batch, as the trainer's `frozen` argument. With
-  LoRA it is the base with the adapters off (`lora.without_adapters`: no second copy of the weights); with full
-  fine-tuning, a clone of the model taken before training (it shares the arrays until the first update).
-ORPO and SimPO need no reference. The losses themselves are pure functions in tunix_lite.preference.losses.
+`tunix-lite train --config FILE.yaml` with `algorithm: dpo` runs the same function. The policy
+starts from `model`; the reference π_ref is that same starting model, frozen. `reference` says how
+the loss gets π_ref's log-probs:
+- "precomputed" (default): one pass of the reference over every pair before training; the [n, 2]
+  log-probs ride in the batches as an extra (`ref_logps`), so a training step runs the policy only.
+- "online": the reference runs inside every step on the same micro-batch, as the trainer's `frozen`
+  argument. With LoRA it is the base with the adapters off (`lora.without_adapters`: no second copy
+  of the weights); with full fine-tuning, a clone of the model taken before training (it shares the
+  arrays until the first update).
+ORPO and SimPO need no reference. The losses themselves are pure functions in
+tunix_lite.preference.losses.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from pathlib import Path
 from typing import ClassVar, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import nnx
 
-from tunix_lite.models.transformer import SHARED_PREFIX
 from tunix_lite.preference import losses
-from tunix_lite.preference.data import PreferenceBatches, PreferenceData, tokenize_pairs, tokenize_unpaired
-from tunix_lite.training.config import (ConfigBase, ConfigError, DataOptions, ModelOptions, OptimOptions,
-                                        RunOptions, option)
-from tunix_lite.training.harness import Run, RunResult, build_model
-from tunix_lite.training.losses import feature_log_probs
-from tunix_lite.training.trainer import COUNT, evaluate, pad_batch
+from tunix_lite.preference.data import (PairConfig, PreferenceBatches, PreferenceData,
+                                        tokenize_preferences)
+from tunix_lite.preference.evaluation import answer_flaw, generation_eval, prompt_records
+from tunix_lite.preference.scoring import completion_sums, reference_log_probs, scoring
+from tunix_lite.training.config import ConfigError, option
+from tunix_lite.training.harness import Run, RunResult
+from tunix_lite.training.inputs import build_model, load_data, reference_policy, synthetic_pairs
+from tunix_lite.training.trainer import COUNT, evaluate
 
 LossType = Literal["sigmoid", "ipo", "hinge", "robust", "dpop", "orpo", "simpo", "kto"]
-SEQUENCE_KEYS = ("inputs", "targets", "weights", "positions", "segment_ids")
 SMOOTHED = ("sigmoid", "robust", "simpo")  # the losses that read label_smoothing
 
 
 @dataclasses.dataclass
-class PairOptions:
-    """How pairs are cut to seq_len (shared by DPO and the reward model)."""
-
-    truncation_mode: Literal["keep_start", "keep_end"] = option(
-        "keep_start", "with truncation: truncate, keep_start cuts the completions' ends; keep_end cuts the prompt's "
-                      "beginning first")
-
-
-@dataclasses.dataclass
-class DPOConfig(ConfigBase, RunOptions, PairOptions, DataOptions, OptimOptions, ModelOptions):
+class DPOConfig(PairConfig):
     algorithm: ClassVar[str] = "dpo"
-    loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | dpop | orpo | simpo | kto; see "
-                                            "tunix_lite/preference/losses.py")
-    beta: float = option(0.1, "DPO's beta: the strength of the anchor to the reference (ipo: tau; orpo: the odds-ratio "
-                              "weight lambda; simpo: the reward scale, ~2)", gt=0)
-    label_smoothing: float = option(0.0, "probability that a label is flipped (sigmoid: cDPO, robust: rDPO, simpo)",
-                                    ge=0, lt=0.5)
+    loss_type: LossType = option("sigmoid", "sigmoid (DPO) | ipo | hinge | robust | dpop | orpo | "
+                                            "simpo | kto; see tunix_lite/preference/losses.py")
+    beta: float = option(0.1, "DPO's beta: the strength of the anchor to the reference (ipo: tau; "
+                              "orpo: the odds-ratio weight lambda; simpo: the reward scale, ~2)",
+                         gt=0)
+    label_smoothing: float = option(0.0, "probability that a label is flipped (sigmoid: cDPO, "
+                                         "robust: rDPO, simpo)", ge=0, lt=0.5)
     simpo_gamma: float = option(0.5, "SimPO's target reward margin gamma", ge=0)
-    dpop_lambda: float = option(50.0, "DPOP's lambda: the weight of the chosen completion's fall below the reference",
-                                ge=0)
-    normalize_length: bool | None = option(None, "score completions by their per-token mean log-prob instead of the "
-                                                 "sum (null: the loss's convention, on for ipo, orpo and simpo)")
-    nll_weight: float = option(0.0, "add this times the chosen completion's per-token NLL (RPO; not for orpo, which "
-                                    "has its own, or kto)", ge=0)
+    dpop_lambda: float = option(50.0, "DPOP's lambda: the weight of the chosen completion's fall "
+                                      "below the reference", ge=0)
+    normalize_length: bool | None = option(None, "score completions by their per-token mean "
+                                                 "log-prob instead of the sum (null: the loss's "
+                                                 "convention, on for ipo, orpo and simpo)")
+    nll_weight: float = option(0.0, "add this times the chosen completion's per-token NLL (RPO; "
+                                    "not for orpo, which has its own, or kto)", ge=0)
     desirable_weight: float = option(1.0, "KTO: weight of the desirable examples' loss", gt=0)
     undesirable_weight: float = option(1.0, "KTO: weight of the undesirable examples' loss", gt=0)
-    on_policy_rejected: bool = option(False, "replace each training pair's rejected side by the starting model's own "
-                                             "greedy answer where that answer is flawed (needs an answer column)")
+    on_policy_rejected: bool = option(False, "replace each training pair's rejected side by the "
+                                             "starting model's own greedy answer where that answer "
+                                             "is flawed (needs an answer column)")
     on_policy_domains: list[str] | None = option(
-        None, "with on_policy_rejected: only pairs of these domains (a domain column) take the model's own answer; "
-              "the rest keep their own rejected side (null: every pair)")
+        None, "with on_policy_rejected: only pairs of these domains (a domain column) take the "
+              "model's own answer; the rest keep their own rejected side (null: every pair)")
     reference: Literal["precomputed", "online"] = option(
-        "precomputed", "reference log-probs computed once before training (a batch extra) or in every step")
-    n_accuracy: int = option(64, "distinct validation prompts answered greedily for exact match and answer flaws "
-                                 "(0: none; needs an answer column)", ge=0, resume="free")
-    max_new_tokens: int | None = option(None, "answer budget of that check (null: from the longest chosen completion)",
-                                        ge=1, resume="free")
+        "precomputed", "reference log-probs computed once before training (a batch extra) or in "
+                       "every step")
+    n_accuracy: int = option(64, "distinct validation prompts answered greedily for exact match "
+                                 "and answer flaws (0: none; needs an answer column)", ge=0,
+                             resume="free")
+    max_new_tokens: int | None = option(None, "answer budget of that check (null: from the "
+                                              "longest chosen completion)", ge=1, resume="free")
 
-    def validate(self) -> None:
-        super().validate()
+    def check(self) -> None:
         if self.label_smoothing and self.loss_type not in SMOOTHED:
-            raise ConfigError(f"label_smoothing: {self.label_smoothing} has no effect with loss_type "
-                              f"{self.loss_type!r}; it applies to {', '.join(SMOOTHED)}")
+            raise ConfigError(f"label_smoothing: {self.label_smoothing} has no effect with "
+                              f"loss_type {self.loss_type!r}; it applies to {', '.join(SMOOTHED)}")
         if self.nll_weight and self.loss_type in ("orpo", "kto"):
-            raise ConfigError(f"nll_weight: {self.nll_weight} is for the pairwise losses; {self.loss_type} "
-                              f"{'has its own NLL term' if self.loss_type == 'orpo' else 'has no chosen completion'}")
+            why = "has its own NLL term" if self.loss_type == "orpo" else "has no chosen completion"
+            raise ConfigError(f"nll_weight: {self.nll_weight} is for the pairwise losses; "
+                              f"{self.loss_type} {why}")
         if self.reference == "online" and self.loss_type in losses.REFERENCE_FREE:
-            raise ConfigError(f"reference: 'online' has no effect with loss_type {self.loss_type!r}, which needs no "
-                              "reference model; remove the key")
-        if self.loss_type != "kto" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
-            raise ConfigError(f"desirable_weight/undesirable_weight: KTO's class weights have no effect with "
-                              f"loss_type {self.loss_type!r}; remove them or use loss_type: kto")
+            raise ConfigError(f"reference: 'online' has no effect with loss_type "
+                              f"{self.loss_type!r}, which needs no reference model; remove the key")
+        if (self.loss_type != "kto"
+                and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0)):
+            raise ConfigError(f"desirable_weight/undesirable_weight: KTO's class weights have no "
+                              f"effect with loss_type {self.loss_type!r}; remove them or use "
+                              "loss_type: kto")
         if self.loss_type != "dpop" and self.dpop_lambda != 50.0:
-            raise ConfigError(f"dpop_lambda: {self.dpop_lambda} has no effect with loss_type {self.loss_type!r}; "
-                              "remove it or use loss_type: dpop")
+            raise ConfigError(f"dpop_lambda: {self.dpop_lambda} has no effect with loss_type "
+                              f"{self.loss_type!r}; remove it or use loss_type: dpop")
         if self.on_policy_rejected and self.loss_type == "kto":
-            raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no rejected side")
-        if self.on_policy_domains is not None and not (self.on_policy_rejected and self.on_policy_domains):
-            raise ConfigError(f"on_policy_domains: {self.on_policy_domains} needs on_policy_rejected: true and at "
-                              "least one domain")
+            raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no "
+                              "rejected side")
+        if (self.on_policy_domains is not None
+                and not (self.on_policy_rejected and self.on_policy_domains)):
+            raise ConfigError(f"on_policy_domains: {self.on_policy_domains} needs "
+                              "on_policy_rejected: true and at least one domain")
         if self.loss_type == "robust" and not self.label_smoothing:
-            raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. 0.1 (0 is plain DPO)")
+            raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. "
+                              "0.1 (0 is plain DPO)")
 
 
 @dataclasses.dataclass(frozen=True)
 class PreferenceLoss:
-    """The trainer's loss_fn(model, batch, frozen) for every preference loss. A frozen dataclass: equal settings
-    hash equal, so new trainers and evaluations with the same settings reuse the compiled step.
+    """The trainer's loss_fn(model, batch, frozen) for every preference loss. A frozen dataclass:
+    equal settings hash equal, so new trainers and evaluations with the same settings reuse the
+    compiled step.
 
-    batch: rows [B, 2, T] (PreferenceBatches) and, with a precomputed reference, "ref_logps" [B, 2] (summed
-    completion log-probs); KTO's batches also carry "label" [B]. Without "ref_logps", `frozen` is the reference.
+    batch: rows [B, 2, T] (PreferenceBatches) and, with a precomputed reference, "ref_logps" [B, 2]
+    (summed completion log-probs); KTO's batches also carry "label" [B]. Without "ref_logps",
+    `frozen` is the reference.
     """
 
     loss_type: str = "sigmoid"
@@ -124,30 +129,35 @@ class PreferenceLoss:
     desirable_weight: float = 1.0
     undesirable_weight: float = 1.0
     completion_window: int | None = None  # see completion_sums: the longest completion of any row
-    shared_prompt: bool = False  # see completion_sums: each pair's prompt runs once (PreferenceData.prompts_shared)
+    # see completion_sums: each pair's prompt runs once (PreferenceData.prompts_shared)
+    shared_prompt: bool = False
 
     @classmethod
     def from_config(cls, config: DPOConfig, *data: PreferenceData) -> PreferenceLoss:
         """The loss `config` names, scoring the rows of every one of `data` (`scoring`)."""
-        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
+        settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
+                    if hasattr(config, f.name)}
         return cls(**settings, **scoring(*data))
 
     @property
     def scoring_settings(self) -> dict:
-        """`scoring`'s settings this loss reads rows with: `reference_log_probs(..., **loss.scoring_settings)` scores
-        the reference as the policy is scored."""
+        """`scoring`'s settings this loss reads rows with:
+        `reference_log_probs(..., **loss.scoring_settings)` scores the reference as the policy is
+        scored."""
         return {"completion_window": self.completion_window, "shared_prompt": self.shared_prompt}
 
     @property
     def normalize(self) -> bool:
-        return self.loss_type in ("ipo", "orpo", "simpo") if self.normalize_length is None else self.normalize_length
+        return (self.loss_type in ("ipo", "orpo", "simpo") if self.normalize_length is None
+                else self.normalize_length)
 
     @property
     def uses_reference(self) -> bool:
         return self.loss_type not in losses.REFERENCE_FREE
 
     def __call__(self, model, batch: dict, frozen=None) -> tuple[jax.Array, dict]:
-        sums, counts = completion_sums(model, batch, self.completion_window, self.shared_prompt)  # [B, 2] each
+        sums, counts = completion_sums(model, batch, self.completion_window,
+                                       self.shared_prompt)  # [B, 2] each
         ref_sums = None
         if self.uses_reference:
             if "ref_logps" in batch:
@@ -156,12 +166,14 @@ class PreferenceLoss:
                 ref_sums = jax.lax.stop_gradient(
                     completion_sums(frozen, batch, self.completion_window, self.shared_prompt)[0])
             else:
-                raise ValueError(f"the {self.loss_type} loss needs the reference: a 'ref_logps' batch entry or `frozen`")
+                raise ValueError(f"the {self.loss_type} loss needs the reference: a 'ref_logps' "
+                                 "batch entry or `frozen`")
         return self.loss_from_sums(sums, counts, ref_sums, batch.get("label"))
 
     def loss_from_sums(self, sums, counts, ref_sums=None, label=None) -> tuple[jax.Array, dict]:
-        """The loss and metrics from summed completion log-probs [B, 2] (chosen, rejected; KTO: completion,
-        mismatched completion), their token counts [B, 2], the reference's sums [B, 2] and KTO's labels [B]."""
+        """The loss and metrics from summed completion log-probs [B, 2] (chosen, rejected; KTO:
+        completion, mismatched completion), their token counts [B, 2], the reference's sums [B, 2]
+        and KTO's labels [B]."""
         valid = (counts.sum(-1) > 0).astype(jnp.float32)  # padded pairs have no completion tokens
 
         def per_token(s):
@@ -174,248 +186,119 @@ class PreferenceLoss:
         if self.loss_type == "kto":
             ref = per_token(ref_sums) if self.normalize else ref_sums
             return losses.kto(chosen, ref[:, 0], rejected, ref[:, 1], label, valid, beta=self.beta,
-                              desirable_weight=self.desirable_weight, undesirable_weight=self.undesirable_weight)
+                              desirable_weight=self.desirable_weight,
+                              undesirable_weight=self.undesirable_weight)
         if self.loss_type == "simpo":
-            loss, metrics = losses.simpo(chosen, rejected, valid, beta=self.beta, gamma=self.simpo_gamma,
+            loss, metrics = losses.simpo(chosen, rejected, valid, beta=self.beta,
+                                         gamma=self.simpo_gamma,
                                          label_smoothing=self.label_smoothing)
         else:
             ref = per_token(ref_sums) if self.normalize else ref_sums
             options = ({"label_smoothing": self.label_smoothing} if self.loss_type in SMOOTHED else
                        {"lam": self.dpop_lambda} if self.loss_type == "dpop" else {})
-            loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1], valid,
-                                                            beta=self.beta, **options)
-            if self.normalize:  # log the summed log-probs and rewards whatever the loss reads, as TRL does
-                metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0], ref_sums[:, 1], valid, self.beta)
+            loss, metrics = losses.PAIRWISE[self.loss_type](chosen, rejected, ref[:, 0], ref[:, 1],
+                                                            valid, beta=self.beta, **options)
+            # log the summed log-probs and rewards whatever the loss reads, as TRL does
+            if self.normalize:
+                metrics |= losses.dpo_metrics(sums[:, 0], sums[:, 1], ref_sums[:, 0],
+                                              ref_sums[:, 1], valid, self.beta)
         if self.nll_weight:
-            return losses.with_nll(loss, metrics, -per_token(sums)[:, 0], valid, weight=self.nll_weight)
+            return losses.with_nll(loss, metrics, -per_token(sums)[:, 0], valid,
+                                   weight=self.nll_weight)
         return loss, metrics
-
-
-def scoring(*data: PreferenceData) -> dict:
-    """`completion_sums`'s window and shared_prompt for rows of all of `data`: the longest completion, and whether
-    every example's prompt can run once for both of its rows."""
-    return {"completion_window": max(d.longest_completion for d in data),
-            "shared_prompt": all(d.prompts_shared for d in data)}
-
-
-def completion_sums(model, batch: dict, window: int | None = None,
-                    shared_prompt: bool = False) -> tuple[jax.Array, jax.Array]:
-    """(summed completion log-probs, completion token counts), each [B, 2], of rows [B, 2, T]: the 2B sequences run
-    through the model as one [2B, T] batch, or with `shared_prompt` as B rows of the prompt and both completions.
-
-    window: the longest completion any row has (`PreferenceData.longest_completion`). The lm head then runs on
-    the `window` positions from each row's first completion target instead of on all T: the prompt's positions need
-    no logits (about half the lm head's work for DPO-shaped data, most of it for a 262k vocabulary). A row with a
-    longer completion would lose its last tokens: pass a window that covers the data, or None for all T.
-    shared_prompt (needs a window; only for data whose `prompts_shared` holds): see `shared_prompt_features`."""
-    B, _, T = batch["inputs"].shape
-    if shared_prompt and window is not None:
-        features, targets, weights = shared_prompt_features(model, batch, window)
-    else:
-        flat = {key: batch[key].reshape(2 * B, T) for key in SEQUENCE_KEYS if key in batch}
-        features = model.features(flat["inputs"], flat["positions"], segment_ids=flat.get("segment_ids"))  # [2B,T,D]
-        targets, weights = flat["targets"], flat["weights"]
-        if window is not None and window < T:
-            start = jnp.minimum(jnp.argmax(weights > 0, axis=-1), T - window)  # each row's first completion target
-            keep = start[:, None] + jnp.arange(window)  # [2B, window]
-            features = jnp.take_along_axis(features, keep[..., None], axis=1)
-            targets, weights = (jnp.take_along_axis(x, keep, axis=1) for x in (targets, weights))
-    token_log_probs = feature_log_probs(model, features, targets)
-    return (losses.completion_log_probs(token_log_probs, weights).reshape(B, 2),
-            jnp.sum(batch["weights"], axis=-1))
-
-
-def shared_prompt_rows(batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """(inputs, positions, segment_ids), each [B, T + W - 1], and first [B, 1]: each pair of rows [B, 2, T] as one
-    row whose prompt serves both completions, W = window (the longest completion).
-
-    Both rows of a pair are the same prompt up to input f = first, the last prompt token (whose output predicts the
-    first completion token), then differ. Row 0 (prompt + chosen) stays as it is; the rejected completion's W - 1
-    inputs after f are appended to it, at their own positions. Segments keep the two completions apart: the prompt
-    is segment SHARED_PREFIX, which every segment sees (`attention_mask`), the chosen side 1 and the rejected side 2.
-    So every token sees exactly what it sees in its own row, and the model runs on B rows of T + W - 1 tokens
-    instead of 2B rows of T (a quarter fewer for a prompt as long as its completions). Attention is position-based,
-    so sliding windows and RoPE need nothing more. Only for data whose `PreferenceData.prompts_shared` holds."""
-    B, _, T = batch["inputs"].shape
-    first = jnp.argmax(batch["weights"][:, 0] > 0, axis=-1)[:, None]  # [B, 1]
-    tail = first + 1 + jnp.arange(window - 1)  # [B, W-1] the rejected row's inputs after the prompt
-    inside = tail < T
-    tail = jnp.minimum(tail, T - 1)
-
-    def rejected_tail(key):
-        return jnp.take_along_axis(batch[key][:, 1], tail, axis=1)
-
-    inputs = jnp.concatenate([batch["inputs"][:, 0], rejected_tail("inputs")], axis=1)
-    positions = jnp.concatenate([batch["positions"][:, 0], jnp.where(inside, rejected_tail("positions"), -1)], axis=1)
-    segments = jnp.concatenate([jnp.where(jnp.arange(T) <= first, SHARED_PREFIX, 1), jnp.full((B, window - 1), 2)],
-                               axis=1)
-    return inputs, positions, segments.astype(jnp.int32), first
-
-
-def shared_prompt_features(model, batch: dict, window: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(features [2B, W, D], targets [2B, W], weights [2B, W]) of each row's completion window, W = window, with
-    each pair's prompt run through the model once instead of twice (`shared_prompt_rows`): the log-probs are those
-    of the separate rows (to float32 rounding), gradients included."""
-    B, _, T = batch["inputs"].shape
-    inputs, positions, segments, first = shared_prompt_rows(batch, window)
-    features = model.features(inputs, positions, segment_ids=segments)  # [B, T + W - 1, D]
-
-    keep = jnp.minimum(first, T - window) + jnp.arange(window)  # [B, W] both rows' window (same start)
-    rejected = jnp.where(keep <= first, keep, T + keep - first - 1)  # the prompt is row 0's; the rest appended
-    where = jnp.stack([keep, rejected], axis=1).reshape(B, 2 * window)
-    features = jnp.take_along_axis(features, where[..., None], axis=1).reshape(2 * B, window, -1)
-    targets, weights = (jnp.take_along_axis(batch[key], keep[:, None, :], axis=2).reshape(2 * B, window)
-                        for key in ("targets", "weights"))
-    return features, targets, weights
-
-
-@partial(nnx.jit, static_argnames=("window", "shared_prompt"))
-def _reference_sums(model, batch, window, shared_prompt):
-    return completion_sums(model, batch, window, shared_prompt)[0]
-
-
-def reference_log_probs(reference: nnx.Module, data: PreferenceData, batch_size: int, **scores) -> np.ndarray:
-    """The reference's summed completion log-probs of every example, [n, 2], in fixed batches (one compile).
-    scores: `scoring`'s window and shared_prompt, as the policy is scored (default: `scoring(data)`)."""
-    scores = scores or scoring(data)
-    out = []
-    for batch in PreferenceBatches(data, batch_size, shuffle=False).epoch(0):
-        n = len(batch["inputs"])
-        out.append(np.asarray(_reference_sums(reference, pad_batch(batch, batch_size), scores["completion_window"],
-                                              scores["shared_prompt"]))[:n])
-    return np.concatenate(out)
-
-
-def reference_model(model: nnx.Module) -> nnx.Module:
-    """π_ref, frozen, in eval mode: the base under LoRA adapters (no copy), or a clone of a fully trained model."""
-    from tunix_lite.lora import lora_layers, without_adapters
-
-    if lora_layers(model):
-        return without_adapters(model)
-    reference = nnx.clone(model)
-    reference.eval()
-    return reference
 
 
 # ----------------------------------------------------------------------------- data and the driver
 
 
-def load_preferences(config: DPOConfig):
-    """(train records, validation records): synthetic preference pairs from the train and validation splits, or the
-    records in train_data / validation_data (a .json/.jsonl file; see tunix_lite.preference.data for the columns)."""
-    if config.train_data == "synthetic":
-        from tunix_lite.data.synthetic import DOMAINS, preference_pairs
-
-        unknown = sorted(set(config.domains or ()) - set(DOMAINS))
-        if unknown:
-            raise ConfigError(f"domains: {unknown} are not synthetic domains; choose from {', '.join(DOMAINS)}")
-        domains = config.domains or DOMAINS
-        return (preference_pairs(config.n_train, config.seed, domains=domains, split="train"),
-                preference_pairs(config.n_validation, config.seed, domains=domains, split="validation"))
-    from tunix_lite.data.sft import load_records
-
-    if config.validation_data is None:
-        raise ConfigError("validation_data: with train_data from a file, set validation_data too")
-    return load_records(config.train_data), load_records(config.validation_data)
-
-
-def on_policy_pairs(model, tokenizer, records, *, domains: Sequence[str] | None = None, template: str | None = None,
-                    max_new_tokens: int | None = None, batch_size: int = 64) -> tuple[list[dict], int]:
-    """Pairs whose rejected side is the model's own mistake: each record's prompt is answered greedily by `model`, and
-    where that answer is flawed (a wrong, untagged or unclosed answer) it replaces the record's rejected completion;
-    elsewhere the record keeps its own. On-policy negatives push down what the model actually says rather than a
-    synthetic flaw it may never make (Tajwar et al. 2024, "Preference fine-tuning of LLMs should leverage suboptimal,
-    on-policy data"). `domains`: only records of these domains are answered. Where the model only guesses (the tiny
-    model's arithmetic and sequences: pass@8 at chance), its own wrong answer differs from the chosen one in the
-    reasoning too, so the pair pushes down reasoning tokens at random; a synthetic flaw differs in the answer alone,
-    and DPO's shared-prefix terms cancel. records: {"prompt" (text), "chosen", "rejected", "answer"} (+ "domain").
-    Returns (pairs, how many replaced)."""
+def on_policy_pairs(model, tokenizer, records, *, domains: Sequence[str] | None = None,
+                    template: str | None = None, max_new_tokens: int | None = None,
+                    batch_size: int = 64) -> tuple[list[dict], int]:
+    """Pairs whose rejected side is the model's own mistake: each record's prompt is answered
+    greedily by `model`, and where that answer is flawed (a wrong, untagged or unclosed answer) it
+    replaces the record's rejected completion; elsewhere the record keeps its own. On-policy
+    negatives push down what the model actually says rather than a synthetic flaw it may never make
+    (Tajwar et al. 2024, "Preference fine-tuning of LLMs should leverage suboptimal, on-policy
+    data"). `domains`: only records of these domains are answered. Where the model only guesses (the
+    tiny model's arithmetic and sequences: pass@8 at chance), its own wrong answer differs from the
+    chosen one in the reasoning too, so the pair pushes down reasoning tokens at random; a synthetic
+    flaw differs in the answer alone, and DPO's shared-prefix terms cancel. records: {"prompt"
+    (text), "chosen", "rejected", "answer"} (+ "domain"). Returns (pairs, how many replaced)."""
     from tunix_lite.evaluation import TaskEval
-    from tunix_lite.preference.evaluation import answer_flaw
 
     rows = list(records)
     if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
-        raise ConfigError("on_policy_rejected: needs records with a text prompt and an answer column to judge the "
+        raise ConfigError("on_policy_rejected: needs records with a text prompt and an answer "
+                          "column to judge the "
                           "model's answers (the synthetic pairs have them)")
     if domains is not None and "domain" not in rows[0]:
         raise ConfigError("on_policy_domains: the pairs have no domain column; remove the key")
     answered = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
     if not answered:
-        raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the pairs' domains are "
+        raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the "
+                          "pairs' domains are "
                           f"{sorted({r['domain'] for r in rows})}")
     task = TaskEval(model, tokenizer, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"],
                                         "completion": rows[i]["chosen"]} for i in answered],
-                    template=template, max_new_tokens=max_new_tokens, batch_size=min(batch_size, len(answered)))
+                    template=template, max_new_tokens=max_new_tokens,
+                    batch_size=min(batch_size, len(answered)))
     pairs, replaced = list(rows), 0
     for i, text in zip(answered, task.completions(), strict=True):
         row = rows[i]
-        if bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct" and text != row["chosen"]:
+        if (bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct"
+                and text != row["chosen"]):
             pairs[i], replaced = row | {"rejected": text}, replaced + 1
     return pairs, replaced
 
 
-def unpair(records) -> list[dict]:
-    """Pairs -> KTO's unpaired examples: chosen as desirable, rejected as undesirable (TRL's
-    unpair_preference_dataset). Records that are already unpaired (a "label" column) pass through."""
-    rows = list(records)
-    if not rows or "label" in rows[0]:
-        return rows
-    return [{"prompt": r.get("prompt"), "completion": r[key], "label": key == "chosen"}
-            for r in rows for key in ("chosen", "rejected")]
-
-
-def tokenize(records, tokenizer, config, source: str, *, unpaired: bool = False) -> PreferenceData:
-    """Pairs (unpaired: KTO's examples) of `records`, as a config with DataOptions and PairOptions says; a bad
-    record's error names `source`, its row and column."""
-    options = dict(seq_len=config.seq_len, template=config.template, truncation=config.truncation,
-                   truncation_mode=config.truncation_mode)
-    try:
-        if unpaired:
-            return tokenize_unpaired(unpair(records), tokenizer, **options)
-        return tokenize_pairs(records, tokenizer, **options)
-    except ValueError as e:
-        raise ValueError(f"{source}: {e}") from None
-
-
 def _check_model_path(config: DPOConfig) -> None:
-    """A model given as a local path that does not exist is usually the SFT stage not run yet: say so before any work.
-    (One slash is a hub id, as tunix_lite.load reads names.)"""
+    """A model given as a local path that does not exist is usually the SFT stage not run yet: say
+    so before any work. (One slash is a hub id, as tunix_lite.load reads names.)"""
     name = config.model
-    if (name.startswith((".", "/", "~")) or name.count("/") > 1) and not Path(name).expanduser().is_dir():
-        raise ConfigError(f"model: {config.model} does not exist; train it first (configs/dpo_tiny.yaml starts from "
-                          "the output of `tunix-lite train --config configs/sft_tiny.yaml`) or choose another model")
+    if ((name.startswith((".", "/", "~")) or name.count("/") > 1)
+            and not Path(name).expanduser().is_dir()):
+        raise ConfigError(f"model: {config.model} does not exist; train it first "
+                          "(configs/dpo_tiny.yaml starts from the output of "
+                          "`tunix-lite train --config configs/sft_tiny.yaml`) or choose another "
+                          "model")
 
 
 def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     _check_model_path(config)
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
     model, tokenizer = build_model(config)
-    train, validation = load_preferences(config)
+    train, validation = load_data(config, synthetic_pairs)
     if config.on_policy_rejected:
-        run.say(f"answering {len(train)} training prompts with the starting model (on-policy rejected answers)...")
+        run.say(f"answering {len(train)} training prompts with the starting model "
+                "(on-policy rejected answers)...")
         train, replaced = on_policy_pairs(model, tokenizer, train, domains=config.on_policy_domains,
-                                          template=config.template, max_new_tokens=config.max_new_tokens)
+                                          template=config.template,
+                                          max_new_tokens=config.max_new_tokens)
         run.say(f"{replaced} of {len(train)} pairs now reject the model's own flawed answer")
     synthetic = config.train_data == "synthetic"
     kto = config.loss_type == "kto"
-    train_data = tokenize(train, tokenizer, config, "synthetic train pairs" if synthetic else config.train_data,
-                          unpaired=kto)
-    val_data = tokenize(validation, tokenizer, config, "synthetic validation pairs" if synthetic else
-                        config.validation_data, unpaired=kto)
+    train_source = "synthetic train pairs" if synthetic else config.train_data
+    val_source = "synthetic validation pairs" if synthetic else config.validation_data
+    train_data = tokenize_preferences(train, tokenizer, config, train_source, unpaired=kto)
+    val_data = tokenize_preferences(validation, tokenizer, config, val_source, unpaired=kto)
     loss_fn = PreferenceLoss.from_config(config, train_data, val_data)
 
     frozen, train_extras, val_extras = None, {}, {}
     if loss_fn.uses_reference:
-        reference = reference_model(model)
+        reference = reference_policy(model)
         if config.reference == "online":
             frozen = reference
         else:
             run.say(f"reference log-probs of {len(train_data)} + {len(val_data)} examples...")
             scores = loss_fn.scoring_settings
-            train_extras = {"ref_logps": reference_log_probs(reference, train_data, config.batch_size, **scores)}
-            val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size, **scores)}
-    batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed, extras=train_extras)
-    val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False, extras=val_extras).epoch(0)
+            train_extras = {"ref_logps": reference_log_probs(reference, train_data,
+                                                             config.batch_size, **scores)}
+            val_extras = {"ref_logps": reference_log_probs(reference, val_data, config.batch_size,
+                                                           **scores)}
+    batches = PreferenceBatches(train_data, config.batch_size, seed=config.seed,
+                                extras=train_extras)
+    val_batches = PreferenceBatches(val_data, config.batch_size, shuffle=False,
+                                    extras=val_extras).epoch(0)
     stats = batches.stats()
     report = (f"train: {train_data.report}; {stats['pairs']} {'examples' if kto else 'pairs'}, "
               f"{stats['fill']:.0%} of row tokens real, {stats['completion']:.0%} completion")
@@ -423,20 +306,22 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     answers = generation_eval_fn(config, model, tokenizer, validation)
 
     def eval_fn(model):
-        scores = {k: v for k, v in evaluate(model, loss_fn, val_batches, frozen=frozen).items() if k != COUNT}
+        scores = {k: v for k, v in evaluate(model, loss_fn, val_batches, frozen=frozen).items()
+                  if k != COUNT}
         return scores | (answers(model) if answers else {})
 
-    return run.train(model, tokenizer, loss_fn, batches.stream, eval_fn, frozen=frozen, report=report,
-                     desc=config.loss_type)
+    return run.train(model, tokenizer, loss_fn, batches.stream, eval_fn, frozen=frozen,
+                     report=report, desc=config.loss_type)
 
 
 def generation_eval_fn(config: DPOConfig, model, tokenizer, validation):
-    """Greedy answers to the first n_accuracy distinct validation prompts: exact match, format and answer flaws (None
-    when the records have no answer column or plain-text prompts, or n_accuracy is 0)."""
-    from tunix_lite.preference.evaluation import generation_eval, prompt_records
-
+    """Greedy answers to the first n_accuracy distinct validation prompts: exact match, format and
+    answer flaws (None when the records have no answer column or plain-text prompts, or n_accuracy
+    is 0)."""
     rows = list(validation)
-    if not config.n_accuracy or not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
+    if (not config.n_accuracy or not rows or "answer" not in rows[0]
+            or not isinstance(rows[0].get("prompt"), str)):
         return None
     records = prompt_records(rows, config.n_accuracy)
-    return generation_eval(model, tokenizer, records, template=config.template, max_new_tokens=config.max_new_tokens)
+    return generation_eval(model, tokenizer, records, template=config.template,
+                           max_new_tokens=config.max_new_tokens)

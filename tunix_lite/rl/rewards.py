@@ -1,15 +1,17 @@
-"""Reward functions in TRL's convention, several at once with weights, each one checked and logged on its own.
+"""Reward functions in TRL's convention, several at once with weights,
+each one checked and logged on its own.
 
 A reward function scores a batch of completions:
 
     def reward(prompts: list[str], completions: list[str], **columns) -> list[float]
 
 `columns` holds the dataset's other columns (e.g. `answer`, `domain`), one value per completion, and
-`completion_ids` (the generated token ids, stop token included), so a reward can count tokens rather than
-characters. `tunix_lite.data.synthetic.reward_exact_match` and `reward_format` follow this convention, and so
-does any function written for TRL's GRPOTrainer.
+`completion_ids` (the generated token ids, stop token included), so a reward can count tokens rather
+than characters. `tunix_lite.data.synthetic.reward_exact_match` and `reward_format` follow this
+convention, and so does any function written for TRL's GRPOTrainer.
 
-    rewards = Rewards({"exact_match": reward_exact_match, "format": reward_format}, weights=[1.0, 0.5])
+    rewards = Rewards({"exact_match": reward_exact_match, "format": reward_format},
+                      weights=[1.0, 0.5])
     total, parts = rewards(prompts, completions, answer=answers, completion_ids=ids)
     # total [R] = 1.0 * exact_match + 0.5 * format;  parts = {"exact_match": [R], "format": [R]}
 """
@@ -29,20 +31,22 @@ RewardFn = Callable[..., Sequence[float]]
 
 
 class RewardError(ValueError):
-    """A reward function that raised, or returned something other than one finite number per completion."""
+    """A reward function that raised, or returned something other than one finite number per
+    completion."""
 
 
 def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
-    """DAPO's soft overlong punishment (DAPO = Decoupled Clip and Dynamic sAmpling Policy Optimization, arXiv
-    2503.14476), counted in tokens:
+    """DAPO's soft overlong punishment (DAPO = Decoupled Clip and Dynamic sAmpling Policy
+    Optimization, arXiv 2503.14476), counted in tokens:
 
         R_length(y) = 0                                 if |y| <= L_max - L_cache
                       ((L_max - L_cache) - |y|) / L_cache   if L_max - L_cache < |y| <= L_max
                       -1                                if |y| > L_max
 
-    with L_max = `max_tokens` and L_cache = `buffer`: a completion is punished linearly over the last `buffer`
-    tokens before the limit. |y| is read from `completion_ids`, in tokens as in the paper (counting characters
-    instead, as some implementations do, punishes digits and short words unevenly).
+    with L_max = `max_tokens` and L_cache = `buffer`: a completion is punished linearly over the
+    last `buffer` tokens before the limit. |y| is read from `completion_ids`, in tokens as in the
+    paper (counting characters instead, as some implementations do, punishes digits and short words
+    unevenly).
     """
     if buffer < 1 or buffer > max_tokens:
         raise ValueError(f"overlong_penalty: need 1 <= buffer <= max_tokens, got buffer={buffer}, "
@@ -57,14 +61,15 @@ def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
     return reward_overlong
 
 
-# Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math, code, steps) run
-# their checks in a worker pool with a timeout per call, as does reasoning_gym (each task's own
-# scorer, on `reasoning_gym:TASK` data). A trained reward model is named by its directory:
-# `reward_model:runs/rm_tiny/reward_model` (tunix_lite.preference.reward_model.reward_model_reward).
+# Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math,
+# code, steps) run their checks in a worker pool with a timeout per call, as does reasoning_gym
+# (each task's own scorer, on `reasoning_gym:TASK` data). A trained reward model is named by its
+# directory: `reward_model:runs/rm_tiny/reward_model`
+# (tunix_lite.preference.reward_model.reward_model_reward).
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
-    "exact_match": reward_exact_match, "format": reward_format, "reasoning_format": reward_reasoning_format,
-    "math": reward_math, "code": reward_code, "steps": reward_steps,
-    "reasoning_gym": reward_reasoning_gym}
+    "exact_match": reward_exact_match, "format": reward_format,
+    "reasoning_format": reward_reasoning_format, "math": reward_math, "code": reward_code,
+    "steps": reward_steps, "reasoning_gym": reward_reasoning_gym}
 REWARD_MODEL = "reward_model:"
 
 
@@ -76,8 +81,9 @@ def _accepts(fn: RewardFn, name: str) -> bool:
 class Rewards:
     """Weighted reward functions: `total = sum_k w_k * r_k`, with every r_k kept for logging.
 
-    functions: {name: function} (the name is what the logs show); weights: one per function (default 1.0 each).
-    A function is given only the columns it names or everything when it takes **kwargs, as TRL does.
+    functions: {name: function} (the name is what the logs show); weights: one per function (default
+    1.0 each). A function is given only the columns it names or everything when it takes **kwargs,
+    as TRL does.
     """
 
     def __init__(self, functions: Mapping[str, RewardFn], weights: Sequence[float] | None = None):
@@ -86,14 +92,15 @@ class Rewards:
         self.functions = dict(functions)
         weights = [1.0] * len(self.functions) if weights is None else list(weights)
         if len(weights) != len(self.functions):
-            raise ValueError(f"{len(weights)} reward weights for {len(self.functions)} reward functions "
-                             f"({', '.join(self.functions)})")
+            raise ValueError(f"{len(weights)} reward weights for {len(self.functions)} "
+                             f"reward functions ({', '.join(self.functions)})")
         self.weights = dict(zip(self.functions, map(float, weights)))
         self.verifier_events: dict[str, int] = {}  # the last call's verifier calls and failures
 
     def __call__(self, prompts: Sequence, completions: Sequence[str],
                  **columns) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(total [R], {name: [R]}) for R completions; RewardError names the function that misbehaved."""
+        """(total [R], {name: [R]}) for R completions;
+        RewardError names the function that misbehaved."""
         R = len(completions)
         parts, before = {}, verifier_events()
         for name, fn in self.functions.items():
@@ -101,8 +108,9 @@ class Rewards:
             try:
                 values = fn(prompts, completions, **given)
             except Exception as e:
-                raise RewardError(f"reward function {name!r} raised {type(e).__name__}: {e} (called on {R} "
-                                  f"completions with columns {sorted(given)})") from e
+                raise RewardError(f"reward function {name!r} raised {type(e).__name__}: {e} "
+                                  f"(called on {R} completions "
+                                  f"with columns {sorted(given)})") from e
             text = next(((i, v) for i, v in enumerate(np.asarray(values, object).flat)
                          if isinstance(v, (str, bytes))), None)
             if text is not None:  # np.asarray(["1.0"], np.float64) would read it as a number
@@ -113,16 +121,20 @@ class Rewards:
             try:
                 values = np.asarray(values, np.float64)
             except (TypeError, ValueError):
-                odd = next((v for v in values if not isinstance(v, (int, float, np.number))), values)
-                raise RewardError(f"reward function {name!r} returned {odd!r} ({type(odd).__name__}), not a number; "
+                odd = next((v for v in values if not isinstance(v, (int, float, np.number))),
+                           values)
+                raise RewardError(f"reward function {name!r} returned {odd!r} "
+                                  f"({type(odd).__name__}), not a number; "
                                   "return one float per completion") from None
             if values.shape != (R,):
-                raise RewardError(f"reward function {name!r} returned {values.size} values in shape "
-                                  f"{values.shape} for {R} completions; return a list of {R} floats")
+                raise RewardError(f"reward function {name!r} returned {values.size} values in "
+                                  f"shape {values.shape} for {R} completions; "
+                                  f"return a list of {R} floats")
             bad = np.flatnonzero(~np.isfinite(values))
             if bad.size:
-                raise RewardError(f"reward function {name!r} returned {values[bad[0]]} for completion {bad[0]} "
-                                  f"({completions[bad[0]]!r}); rewards must be finite numbers")
+                raise RewardError(f"reward function {name!r} returned {values[bad[0]]} "
+                                  f"for completion {bad[0]} ({completions[bad[0]]!r}); "
+                                  "rewards must be finite numbers")
             parts[name] = values
         total = sum(self.weights[name] * values for name, values in parts.items())
         events = {k: n - before[k] for k, n in verifier_events().items()}
@@ -132,8 +144,9 @@ class Rewards:
 
 def reward_set(names: Sequence[str], weights: Sequence[float] | None = None, *,
                extra: Mapping[str, RewardFn] | None = None) -> Rewards:
-    """Rewards from names in REWARD_FUNCTIONS (and `extra`), or `reward_model:PATH` for a saved reward model (its
-    directory is checked here, its weights load at the first call), as a config file lists them."""
+    """Rewards from names in REWARD_FUNCTIONS (and `extra`), or `reward_model:PATH` for a saved
+    reward model (its directory is checked here, its weights load at the first call), as a config
+    file lists them."""
     known = REWARD_FUNCTIONS | dict(extra or {})
     functions = {}
     for name in names:
@@ -147,6 +160,6 @@ def reward_set(names: Sequence[str], weights: Sequence[float] | None = None, *,
         elif name in known:
             functions[name] = known[name]
         else:
-            raise ValueError(f"unknown reward {name!r}; choose from {', '.join(known)} or {REWARD_MODEL}PATH (a "
-                             "trained reward model)")
+            raise ValueError(f"unknown reward {name!r}; choose from {', '.join(known)} "
+                             f"or {REWARD_MODEL}PATH (a trained reward model)")
     return Rewards(functions, weights)

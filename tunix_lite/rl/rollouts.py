@@ -1,13 +1,17 @@
 """Prompts in; groups of completions, scored, out; then the fixed-length rows a train step reads.
 
     prompts = Prompts.build(records, tokenizer, max_tokens=64)
-    groups = sample_groups(engine, prompts, [3, 14, 15], rewards, group_size=8, max_new_tokens=64, row_len=128)
-    groups.rewards, groups.parts["exact_match"], groups.texts           # [R], [R], R strings (R = 3 * 8)
-    rows = groups.rows(128, pad_id)                                      # {inputs, targets, weights, ...} [R, 128]
+    groups = sample_groups(engine, prompts, [3, 14, 15], rewards, group_size=8, max_new_tokens=64,
+                           row_len=128)
+    groups.rewards, groups.parts["exact_match"], groups.texts  # [R], [R], R strings (R = 3 * 8)
+    rows = groups.rows(pad_id)                                # {inputs, targets, ...} [R, 128]
 
-Every rollout pads its prompts to the same length and asks for the same number of them, so the rollout program
-and the train step each compile once per run, whatever the prompts' lengths (`tunix_lite.data.rollouts`).
-Shared by GRPO and PPO, with the config part both use (`RLOptions`) and the pieces of their drivers.
+Every rollout pads its prompts to the same length and asks for the same number of them, so the
+rollout program and the train step each compile once per run, whatever the prompts' lengths
+(`tunix_lite.data.rollouts`). Shared by GRPO, PPO and the agent: the config they all extend
+(`RLConfig`), the seam where an algorithm supplies its sampling (`RolloutSampler`: `GroupSampler`
+here, the agent's multi-turn `TrajectorySampler`), and the one batch stream that turns rollouts into
+optimizer steps (`RolloutStream`).
 """
 
 from __future__ import annotations
@@ -15,77 +19,113 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from flax import nnx
 
 from tunix_lite.chat import format_chat
+from tunix_lite.data import reasoning_gym
 from tunix_lite.data.rollouts import rollout_rows
 from tunix_lite.rl.engine import RolloutEngine
 from tunix_lite.rl.rewards import Rewards, overlong_penalty, reward_set
 from tunix_lite.sampler import GenerateOutput
-from tunix_lite.training.config import ConfigError, option
+from tunix_lite.training.config import ConfigError, TrainConfig, check_mesh, option
 from tunix_lite.training.losses import sequence_log_probs
+from tunix_lite.training.trainer import score_batch
 
 
 @dataclasses.dataclass
-class RLOptions:
-    """Rollouts, rewards, the clipped update and the KL anchor: what GRPO and PPO share."""
+class RLConfig(TrainConfig):
+    """A TrainConfig with rollouts, rewards, the clipped update and the KL anchor: what GRPO, PPO
+    and the agent share."""
 
     group_size: int = option(8, "G: completions sampled per prompt", ge=1)
     max_new_tokens: int = option(64, "completion budget in tokens", ge=1)
-    max_prompt_tokens: int | None = option(None, "longest prompt allowed; a completion is cut where its row of "
-                                                 "seq_len tokens ends (null: seq_len + 1 - max_new_tokens, no cuts)",
-                                           ge=1)
-    temperature: float = option(1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
+    max_prompt_tokens: int | None = option(
+        None, "longest prompt allowed; a completion is cut where its row of seq_len tokens ends "
+              "(null: seq_len + 1 - max_new_tokens, no cuts)", ge=1)
+    temperature: float = option(
+        1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
     top_k: int | None = option(None, "sample from the k most likely tokens only (null: all)", ge=1)
     top_p: float | None = option(None, "nucleus sampling mass (null: off)", gt=0, le=1)
     rollout_dtype: Literal["float32", "bfloat16"] = option(
-        "float32", "weights and matmuls of the rollout sampler: bfloat16 samples from a copy cast once per update "
-                   "(half the bytes per token on GPU/TPU; slower on XLA:CPU, see tunix_lite.sampler); the loss and "
-                   "old log-probs are computed by the trained model")
-    rewards: list[str] = option(["exact_match", "format"], "reward functions by name (tunix_lite.rl.rewards), or "
-                                                           "reward_model:PATH for a trained reward model")
+        "float32", "weights and matmuls of the rollout sampler: bfloat16 samples from a copy "
+                   "cast once per update (half the bytes per token on GPU/TPU; slower on "
+                   "XLA:CPU, see tunix_lite.sampler); the loss and old log-probs are computed "
+                   "by the trained model")
+    rewards: list[str] = option(["exact_match", "format"],
+                                "reward functions by name (tunix_lite.rl.rewards), or "
+                                "reward_model:PATH for a trained reward model")
     reward_weights: list[float] | None = option(None, "one weight per reward (null: 1.0 each)")
-    overlong_buffer: int = option(0, "DAPO's soft overlong punishment over the last N tokens of the budget, added "
-                                     "as reward 'overlong' (0: off)", ge=0)
+    overlong_buffer: int = option(0, "DAPO's soft overlong punishment over the last N tokens of "
+                                     "the budget, added as reward 'overlong' (0: off)", ge=0)
     inner_iterations: int = option(1, "mu: optimizer passes over each rollout batch", ge=1)
-    mini_batches: int = option(1, "optimizer steps per pass: each rollout batch is split into this many", ge=1)
+    mini_batches: int = option(
+        1, "optimizer steps per pass: each rollout batch is split into this many", ge=1)
     epsilon_low: float = option(0.2, "clip the ratio below at 1 - epsilon_low", gt=0, lt=1)
-    epsilon_high: float = option(0.2, "clip the ratio above at 1 + epsilon_high (DAPO's clip-higher: 0.28)", gt=0)
-    beta: float = option(0.04, "KL penalty to the reference policy (0: no reference model at all)", ge=0)
-    kl_estimator: Literal["k1", "k3"] = option("k3", "per-token KL estimator (tunix_lite.rl.losses)")
-    n_accuracy: int = option(64, "validation prompts answered greedily for exact match (0: none)", ge=0,
-                             resume="free")
-    n_test: int = option(0, "held-out test-split prompts answered greedily before and after training (0: none)",
-                         ge=0, resume="free")
+    epsilon_high: float = option(
+        0.2, "clip the ratio above at 1 + epsilon_high (DAPO's clip-higher: 0.28)", gt=0)
+    beta: float = option(
+        0.04, "KL penalty to the reference policy (0: no reference model at all)", ge=0)
+    kl_estimator: Literal["k1", "k3"] = option(
+        "k3", "per-token KL estimator (tunix_lite.rl.losses)")
+    n_accuracy: int = option(
+        64, "validation prompts answered greedily for exact match (0: none)", ge=0, resume="free")
+    n_test: int = option(
+        0, "held-out test-split prompts answered greedily before and after training (0: none)",
+        ge=0, resume="free")
+    rollout_mesh: str | dict[str, int] | None = option(
+        None, "sample on devices of their own: null (colocated: on the trainer's devices, from its "
+              "weights), axis sizes {data: D, fsdp: F, tensor: T} over the last D x F x T devices, "
+              "or a strategy (or sizes with one -1) over the last half; `mesh:` then spans the "
+              "devices left, and after each update the trained weights (LoRA: only the adapters) "
+              "are resharded onto the rollout copy", resume="free")
 
     @property
     def steps_per_rollout(self) -> int:
         return self.inner_iterations * self.mini_batches
 
-    def validate_rl(self) -> None:
+    def check(self) -> None:
+        if "reasoning_gym" in self.rewards:
+            self._check_reasoning_gym_reward()
         rows = self.batch_size * self.group_size
         if rows % (self.mini_batches * self.micro_batches):
-            raise ConfigError(f"mini_batches: {self.batch_size} prompts x {self.group_size} completions = {rows} "
-                              f"rows cannot be split into {self.mini_batches} mini-batches of "
-                              f"{self.micro_batches} micro-batches")
+            raise ConfigError(f"mini_batches: {self.batch_size} prompts x {self.group_size} "
+                              f"completions = {rows} rows cannot be split into {self.mini_batches} "
+                              f"mini-batches of {self.micro_batches} micro-batches")
         if self.checkpoint_every % self.steps_per_rollout:
             raise ConfigError(f"checkpoint_every: {self.checkpoint_every} is not a multiple of the "
-                              f"{self.steps_per_rollout} optimizer steps each rollout feeds (inner_iterations x "
-                              "mini_batches), so a resumed run could not continue exactly")
+                              f"{self.steps_per_rollout} optimizer steps each rollout feeds "
+                              "(inner_iterations x mini_batches), so a resumed run could not "
+                              "continue exactly")
         if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
-            raise ConfigError(f"reward_weights: {len(self.reward_weights)} weights for {len(self.rewards)} rewards "
-                              f"({', '.join(self.rewards)})")
-        self.reward_functions()  # an unknown name is a ConfigError here, before any data or weights load
+            raise ConfigError(f"reward_weights: {len(self.reward_weights)} weights for "
+                              f"{len(self.rewards)} rewards ({', '.join(self.rewards)})")
+        # an unknown name is a ConfigError here, before any data or weights load
+        self.reward_functions()
+        if self.rollout_mesh is not None:
+            check_mesh(self.rollout_mesh, None, key="rollout_mesh")
         if self.overlong_buffer > self.max_new_tokens:
-            raise ConfigError(f"overlong_buffer: {self.overlong_buffer} is longer than max_new_tokens="
-                              f"{self.max_new_tokens}")
+            raise ConfigError(f"overlong_buffer: {self.overlong_buffer} is longer than "
+                              f"max_new_tokens={self.max_new_tokens}")
         if self.prompt_budget < 1 or self.prompt_budget >= self.seq_len:
-            raise ConfigError(f"seq_len: rows of {self.seq_len} tokens leave no room for both a prompt of up to "
-                              f"{self.prompt_budget} tokens and a completion (max_new_tokens={self.max_new_tokens}); "
-                              "raise seq_len or set max_prompt_tokens")
+            raise ConfigError(f"seq_len: rows of {self.seq_len} tokens leave no room for both a "
+                              f"prompt of up to {self.prompt_budget} tokens and a completion "
+                              f"(max_new_tokens={self.max_new_tokens}); raise seq_len or set "
+                              "max_prompt_tokens")
+
+    def _check_reasoning_gym_reward(self) -> None:
+        """The reasoning_gym reward scores reasoning_gym data (its entry column); its tasks'
+        scorers are probed here, so an unsound one stops before any compute."""
+        if self.train_data == "synthetic":
+            raise ConfigError("rewards: reasoning_gym scores reasoning_gym data (its entry "
+                              "column); set train_data: reasoning_gym:TASK")
+        if reasoning_gym.is_spec(self.train_data):
+            try:
+                reasoning_gym.probe_scorers(self.train_data)
+            except ValueError as e:
+                raise ConfigError(f"rewards: {e}") from None
 
     @property
     def prompt_budget(self) -> int:
@@ -98,7 +138,8 @@ class RLOptions:
         except ValueError as e:
             raise ConfigError(f"rewards: {e}") from None
         if self.overlong_buffer:
-            return Rewards(rewards.functions | {"overlong": overlong_penalty(self.max_new_tokens, self.overlong_buffer)},
+            return Rewards(rewards.functions | {"overlong": overlong_penalty(self.max_new_tokens,
+                                                                             self.overlong_buffer)},
                            list(rewards.weights.values()) + [1.0])
         return rewards
 
@@ -108,8 +149,8 @@ class RLOptions:
 
 @dataclasses.dataclass
 class Prompts:
-    """The RL prompts: dataset records (whose columns the rewards read) and their chat-formatted token ids, all
-    left-padded to `length` tokens when sampled."""
+    """The RL prompts: dataset records (whose columns the rewards read) and their chat-formatted
+    token ids, all left-padded to `length` tokens when sampled."""
 
     records: list[dict]
     ids: list[list[int]]
@@ -118,23 +159,26 @@ class Prompts:
     dropped: int = 0  # prompts longer than max_tokens, left out (drop_long)
 
     @classmethod
-    def build(cls, records: Sequence[Mapping], tokenizer, *, max_tokens: int, template: str | None = None,
-              drop_long: bool = False, multiple: int = 8) -> "Prompts":
-        """Format each record's "prompt" as a user turn. A prompt longer than `max_tokens` raises (naming the
-        record) unless `drop_long`, which leaves it out and counts it (all left out raises).
-        `length` is the longest prompt rounded up to `multiple`, capped at max_tokens."""
+    def build(cls, records: Sequence[Mapping], tokenizer, *, max_tokens: int,
+              template: str | None = None, drop_long: bool = False,
+              multiple: int = 8) -> "Prompts":
+        """Format each record's "prompt" as a user turn. A prompt longer than `max_tokens` raises
+        (naming the record) unless `drop_long`, which leaves it out and counts it (all left out
+        raises). `length` is the longest prompt rounded up to `multiple`, capped at max_tokens."""
         records = [dict(r) for r in records]
         if not records or "prompt" not in records[0]:
-            raise ValueError(f"RL prompts need records with a 'prompt' column, got {sorted(records[0]) if records else 'none'}")
+            raise ValueError("RL prompts need records with a 'prompt' column, got "
+                             f"{sorted(records[0]) if records else 'none'}")
         kept, ids = [], []
         for i, record in enumerate(records):
-            tokens = format_chat(tokenizer, [{"role": "user", "content": record["prompt"]}], template=template)
+            tokens = format_chat(tokenizer, [{"role": "user", "content": record["prompt"]}],
+                                 template=template)
             if len(tokens) > max_tokens:
                 if drop_long:
                     continue
-                raise ValueError(f"prompt {i} ({record['prompt'][:60]!r}...) is {len(tokens)} tokens; at most "
-                                 f"{max_tokens} fit before the completion budget. Raise seq_len, lower "
-                                 "max_new_tokens, or set truncation: drop")
+                raise ValueError(f"prompt {i} ({record['prompt'][:60]!r}...) is {len(tokens)} "
+                                 f"tokens; at most {max_tokens} fit before the completion budget. "
+                                 "Raise seq_len, lower max_new_tokens, or set truncation: drop")
             kept.append(record)
             ids.append(tokens)
         if not kept:
@@ -177,6 +221,7 @@ class Groups:
     parts: dict[str, np.ndarray]  # each reward function's [R]
     group_size: int
     row_len: int  # prompt + completion <= row_len + 1: the training rows' length
+    max_new_tokens: int  # the completion budget
     seconds: float = 0.0  # spent sampling
     verifier_events: dict[str, int] = dataclasses.field(default_factory=dict)  # Rewards' counts
 
@@ -188,19 +233,23 @@ class Groups:
         return len(self.rewards) // self.group_size
 
     def informative(self) -> np.ndarray:
-        """[B] bool: groups whose rewards are not all equal (the others give every estimator zero advantage)."""
+        """[B] bool: groups whose rewards are not all equal (the others give every estimator zero
+        advantage)."""
         r = self.rewards.reshape(-1, self.group_size)
         return r.max(axis=1) > r.min(axis=1)
 
     def select(self, groups: Sequence[int]) -> "Groups":
-        rows = (np.asarray(groups, int)[:, None] * self.group_size + np.arange(self.group_size)).reshape(-1)
+        rows = (np.asarray(groups, int)[:, None] * self.group_size
+                + np.arange(self.group_size)).reshape(-1)
         out = self.output
-        output = dataclasses.replace(out, texts=[out.texts[r] for r in rows], tokens=out.tokens[rows],
-                                     logprobs=out.logprobs[rows], lengths=out.lengths[rows],
-                                     prompt_tokens=out.prompt_tokens[rows], prompt_lengths=out.prompt_lengths[rows])
+        output = dataclasses.replace(out, texts=[out.texts[r] for r in rows],
+                                     tokens=out.tokens[rows], logprobs=out.logprobs[rows],
+                                     lengths=out.lengths[rows],
+                                     prompt_tokens=out.prompt_tokens[rows],
+                                     prompt_lengths=out.prompt_lengths[rows])
         return Groups(output, [self.records[r] for r in rows], self.rewards[rows],
-                      {k: v[rows] for k, v in self.parts.items()}, self.group_size, self.row_len, self.seconds,
-                      self.verifier_events)
+                      {k: v[rows] for k, v in self.parts.items()}, self.group_size, self.row_len,
+                      self.max_new_tokens, self.seconds, self.verifier_events)
 
     @staticmethod
     def concat(parts: Sequence["Groups"]) -> "Groups":
@@ -210,27 +259,32 @@ class Groups:
             first.output, texts=[t for o in outs for t in o.texts],
             **{f: np.concatenate([getattr(o, f) for o in outs])
                for f in ("tokens", "logprobs", "lengths", "prompt_tokens", "prompt_lengths")})
-        return Groups(output, [r for p in parts for r in p.records], np.concatenate([p.rewards for p in parts]),
-                      {k: np.concatenate([p.parts[k] for p in parts]) for k in first.parts}, first.group_size,
-                      first.row_len, sum(p.seconds for p in parts),
-                      {k: sum(p.verifier_events.get(k, 0) for p in parts) for k in first.verifier_events})
+        return Groups(output, [r for p in parts for r in p.records],
+                      np.concatenate([p.rewards for p in parts]),
+                      {k: np.concatenate([p.parts[k] for p in parts]) for k in first.parts},
+                      first.group_size, first.row_len, first.max_new_tokens,
+                      sum(p.seconds for p in parts),
+                      {k: sum(p.verifier_events.get(k, 0) for p in parts)
+                       for k in first.verifier_events})
 
     def rows(self, pad_id: int, **per_token: np.ndarray) -> dict[str, np.ndarray]:
         """Training rows of row_len tokens (`tunix_lite.data.rollouts.rollout_rows`)."""
         return rollout_rows(self.output, self.row_len, pad_id, **per_token)
 
-    def stats(self, max_new_tokens: int) -> dict[str, float]:
-        """What a rollout looked like, for the logs: mean rewards, the sampled tokens' entropy, completion
-        length, how many completions were cut (by the budget or the row's end), how many groups carried no
-        signal, the verifiers' failures, and sampling speed."""
+    def stats(self) -> dict[str, float]:
+        """What a rollout looked like, for the logs: mean rewards, the sampled tokens'
+        entropy, completion length, how many completions were cut (by the budget or the row's end),
+        how many groups carried no signal, the verifiers' failures, and sampling speed."""
         out = self.output
-        cut = (out.lengths >= max_new_tokens) | (out.prompt_lengths + out.lengths > self.row_len)
+        cut = ((out.lengths >= self.max_new_tokens)
+               | (out.prompt_lengths + out.lengths > self.row_len))
         stats = {"reward": float(self.rewards.mean())}
         stats |= {f"reward/{k}": float(v.mean()) for k, v in self.parts.items()}
-        # -log pi of each sampled token, averaged: the policy's entropy per token (in expectation, when
-        # sampling at temperature 1 with no top-k / top-p); its fall is the policy sharpening
+        # -log pi of each sampled token, averaged: the policy's entropy per token (in expectation,
+        # when sampling at temperature 1 with no top-k / top-p); its fall is the policy sharpening
         entropy = float(-out.logprobs.sum() / max(out.lengths.sum(), 1))
-        stats |= {"entropy": entropy, "length": float(out.lengths.mean()), "truncated": float(np.mean(cut)),
+        stats |= {"entropy": entropy, "length": float(out.lengths.mean()),
+                  "truncated": float(np.mean(cut)),
                   "zero_signal_groups": float(1.0 - self.informative().mean())}
         # calls of this rollout's verifiers that timed out, crashed, raised, or met code that did
         # something a program under test has no reason to do (a policy attacking its reward)
@@ -240,57 +294,86 @@ class Groups:
         return stats
 
 
-def sample_groups(engine: RolloutEngine, prompts: Prompts, index: Sequence[int], rewards: Rewards, *,
+def sample_groups(engine: RolloutEngine, prompts: Prompts, index: Sequence[int],
+                  rewards: Rewards, *,
                   group_size: int, max_new_tokens: int, row_len: int, temperature: float = 1.0,
                   top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> Groups:
-    """G completions of each prompt in `index`, each stopped where its training row of row_len tokens ends, scored
-    by every reward function. The rewards see each prompt's text, the completions' text, the prompt's other record
-    columns and `completion_ids` (generated ids, stop token included), one per completion, as TRL passes them."""
+    """G completions of each prompt in `index`, each stopped where its training row of row_len
+    tokens ends, scored by every reward function. The rewards see each prompt's text, the
+    completions' text, the prompt's other record columns and `completion_ids` (generated ids, stop
+    token included), one per completion, as TRL passes them."""
     start = time.perf_counter()
-    out = engine.generate([prompts.ids[i] for i in index], max_new_tokens=max_new_tokens, num_samples=group_size,
-                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_total_tokens=row_len + 1)
+    out = engine.generate([prompts.ids[i] for i in index], max_new_tokens=max_new_tokens,
+                          num_samples=group_size, temperature=temperature, top_k=top_k,
+                          top_p=top_p, seed=seed, max_total_tokens=row_len + 1)
     seconds = time.perf_counter() - start
     records = [prompts.records[i] for i in index for _ in range(group_size)]
     columns = {k: [r[k] for r in records] for k in records[0] if k != "prompt"}
     completion_ids = [row[:n].tolist() for row, n in zip(out.tokens, out.lengths)]
-    total, parts = rewards([r["prompt"] for r in records], out.texts, completion_ids=completion_ids, **columns)
-    return Groups(out, records, total.astype(np.float32), parts, group_size, row_len, seconds,
-                  rewards.verifier_events)
+    total, parts = rewards([r["prompt"] for r in records], out.texts,
+                           completion_ids=completion_ids, **columns)
+    return Groups(out, records, total.astype(np.float32), parts, group_size, row_len,
+                  max_new_tokens, seconds, rewards.verifier_events)
+
+
+# ---------------------------------------------------------------------- where rollouts come from
+
+
+class Rollout(Protocol):
+    """One rollout as the stream reads it: B prompts' samples, scored. `Groups` (single-turn
+    completions) is one; the agent's `Trajectories` (multi-turn, through an environment) another."""
+
+    def stats(self) -> dict[str, float]:
+        """What the rollout looked like, for the log entries of the steps it feeds."""
+
+
+class RolloutSampler(Protocol):
+    """What a RolloutStream samples with: `GroupSampler` through a rollout engine (GRPO, PPO), or
+    the agent's `TrajectorySampler` through its environment."""
+
+    prompts: Prompts
+
+    def __call__(self, index: Sequence[int], seed: int) -> Rollout:
+        """The samples of prompts[index] from the model's current weights, drawn with `seed`."""
+
+
+class GroupSampler:
+    """G completions of each prompt from the engine (synced with `model` first), each cut where its
+    training row of row_len tokens ends, scored: GRPO's and PPO's rollouts (`sample_groups`)."""
+
+    def __init__(self, config, model: nnx.Module, engine: RolloutEngine, prompts: Prompts,
+                 rewards: Rewards):
+        self.config, self.model, self.engine = config, model, engine
+        self.prompts, self.rewards = prompts, rewards
+        self.row_len = min(config.seq_len, prompts.length + config.max_new_tokens - 1)
+
+    def __call__(self, index: Sequence[int], seed: int) -> Groups:
+        c = self.config
+        self.engine.sync_weights(self.model)
+        return sample_groups(self.engine, self.prompts, index, self.rewards,
+                             group_size=c.group_size, max_new_tokens=c.max_new_tokens,
+                             row_len=self.row_len, temperature=c.temperature, top_k=c.top_k,
+                             top_p=c.top_p, seed=seed)
 
 
 # ----------------------------------------------------------------------------- the policy's side
 
 
-def reference_policy(model: nnx.Module, lora: bool) -> nnx.Module:
-    """The frozen reference pi_ref, in eval mode: for LoRA the same model with its adapters off (no copy,
-    `tunix_lite.lora.without_adapters`); for full fine-tuning a clone taken now, before any update (it shares the
-    arrays until the first update replaces the trained ones)."""
-    from tunix_lite.lora import without_adapters
-
-    reference = without_adapters(model) if lora else nnx.clone(model)
-    reference.eval()
-    return reference
-
-
-@nnx.jit
-def _score(model, batch):
-    return sequence_log_probs(model, batch)
-
-
 def old_log_probs(model: nnx.Module, rows: Mapping[str, np.ndarray]) -> np.ndarray:
-    """log pi_old of every target [R, T] under the model as it is now, before the rollout's updates: what the ratio
-    of inner iterations after the first compares with. Recomputed rather than taken from the sampler, whose
-    log-probs may come from another kernel, dtype or engine."""
+    """log pi_old of every target [R, T] under the model as it is now, before the rollout's updates:
+    what the ratio of inner iterations after the first compares with. Recomputed rather than taken
+    from the sampler, whose log-probs may come from another kernel, dtype or engine."""
     keys = ("inputs", "targets", "positions", "segment_ids")
     model.eval()
     try:
-        return np.asarray(_score(model, {k: rows[k] for k in keys}))
+        return np.asarray(score_batch(sequence_log_probs, model, {k: rows[k] for k in keys}))
     finally:
         model.train()
 
 
 def mini_batches(rows: Mapping[str, np.ndarray], iterations: int, parts: int, seed: Sequence[int]):
-    """Yield `iterations` passes over the rows, each shuffled (seeded) and split into `parts` equal mini-batches."""
+    """Yield `iterations` passes over the rows, each shuffled (seeded) and split into `parts` equal
+    mini-batches."""
     n = len(next(iter(rows.values())))
     size = n // parts
     for it in range(iterations):
@@ -301,66 +384,39 @@ def mini_batches(rows: Mapping[str, np.ndarray], iterations: int, parts: int, se
 
 
 def rollout_seed(seed: int, rollout: int, attempt: int = 0) -> int:
-    """The sampling seed of one rollout (and refill attempt): fixed by the run's seed, so a resumed run samples
-    exactly what the uninterrupted one did."""
+    """The sampling seed of one rollout (and refill attempt): fixed by the run's seed, so a resumed
+    run samples exactly what the uninterrupted one did."""
     return int(np.random.default_rng([seed, rollout, attempt]).integers(2**31 - 1))
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-
-def task_eval_fn(config, model, tokenizer, validation, policy=lambda m: m):
-    """Greedy accuracy (judged as training's reward would: `evaluation.reward_for`) and format on n_accuracy
-    validation prompts and on n_test held-out test-split prompts (keys prefixed "test_"), or None when both are 0. `policy(model)` is the language model inside what trains."""
-    from tunix_lite.data.synthetic import DOMAINS, make_splits
-    from tunix_lite.evaluation import TaskEval, reward_for
-
-    evals = []
-    if config.n_accuracy:
-        records = validation.select(range(min(config.n_accuracy, len(validation))))
-        evals.append(("", TaskEval(policy(model), tokenizer, records, template=config.template,
-                                   reward_fn=reward_for(records))))
-    if config.n_test:
-        if config.train_data != "synthetic":
-            raise ConfigError("n_test: the held-out test split exists for the synthetic tasks only; set n_test: 0")
-        test = make_splits(0, 0, config.n_test, domains=config.domains or DOMAINS, seed=config.seed)["test"]
-        evals.append(("test_", TaskEval(policy(model), tokenizer, test, template=config.template)))
-    if not evals:
-        return None
-    return lambda m: {prefix + k: v for prefix, task in evals for k, v in task(policy(m)).items()}
-
-
-# ----------------------------------------------------------------------------- the batch stream
+# ------------------------------------------------------------------------------ the batch stream
 
 
 class RolloutStream:
-    """The batch stream of an RL run: rollout k, sampled from the live model, feeds optimizer steps k*S + 1 ...
-    (k+1)*S, where S = inner_iterations x mini_batches.
+    """The batch stream of every RL run (GRPO, PPO, the agent): rollout k, sampled from the live
+    model, feeds optimizer steps k*S + 1 ... (k+1)*S, where S = inner_iterations x mini_batches.
+    The stream owns what the algorithms share: which prompts each rollout draws and its seed,
+    resuming mid-rollout, the mini-batches, and each step's rollout statistics (`metrics(step)`,
+    for Trainer.fit's host_metrics).
 
-    prepare(groups) -> rows: the algorithm's part (advantages, old log-probs, values) on B * G rows.
-    dynamic_sampling: DAPO's filter. Groups whose rewards are all equal are dropped and more prompts are drawn
-    (at most `max_refills` extra rollouts) until B groups carry signal; if they never do, the rollout trains on
-    the groups it has plus zero-weight padding rows. `metrics(step)` gives the rollout's statistics for the step's
-    log entry (Trainer.fit's host_metrics).
+    sampler(index, seed) -> rollout: the algorithm's sampling (a `RolloutSampler`).
+    prepare(rollout) -> rows: the algorithm's part (advantages, old log-probs, values), B * G rows.
+    dynamic_sampling: DAPO's filter, for a sampler of `Groups`. Groups whose rewards are all equal
+    are dropped and more prompts are drawn (at most `max_refills` extra rollouts) until B groups
+    carry signal; if they never do, the rollout trains on the groups it has plus zero-weight
+    padding rows.
     """
 
-    def __init__(self, config, model: nnx.Module, engine: RolloutEngine, prompts: Prompts, rewards: Rewards,
-                 prepare, *, dynamic_sampling: bool = False, max_refills: int = 0):
-        self.config, self.model, self.engine, self.prompts, self.rewards = config, model, engine, prompts, rewards
-        self.row_len = min(config.seq_len, prompts.length + config.max_new_tokens - 1)
-        self.prepare, self.dynamic_sampling, self.max_refills = prepare, dynamic_sampling, max_refills
+    def __init__(self, config, sampler: RolloutSampler, prepare, *,
+                 dynamic_sampling: bool = False, max_refills: int = 0):
+        self.config, self.sampler, self.prepare = config, sampler, prepare
+        self.dynamic_sampling, self.max_refills = dynamic_sampling, max_refills
         self._metrics: dict[int, dict] = {}
-        self.last: Groups | None = None  # the latest rollout, for showing completions
 
-    def sample(self, rollout: int, index: Sequence[int], attempt: int = 0) -> Groups:
-        c = self.config
-        self.engine.sync_weights(self.model)
-        return sample_groups(self.engine, self.prompts, index, self.rewards, group_size=c.group_size,
-                             max_new_tokens=c.max_new_tokens, row_len=self.row_len, temperature=c.temperature,
-                             top_k=c.top_k,
-                             top_p=c.top_p, seed=rollout_seed(c.seed, rollout, attempt))
+    def sample(self, rollout: int, index: Sequence[int], attempt: int = 0) -> Rollout:
+        return self.sampler(index, rollout_seed(self.config.seed, rollout, attempt))
 
-    def rollout(self, rollout: int, index: Sequence[int]) -> tuple[Groups, dict]:
+    def rollout(self, rollout: int, index: Sequence[int]) -> tuple[Rollout, dict]:
         groups = self.sample(rollout, index)
         if not self.dynamic_sampling:
             return groups, {}
@@ -368,8 +424,8 @@ class RolloutStream:
         B, kept, attempt = len(index), [groups.select(np.flatnonzero(groups.informative()))], 0
         while sum(map(len, kept)) < B and attempt < self.max_refills:
             attempt += 1
-            refill = np.random.default_rng([self.config.seed, rollout, attempt]).choice(len(self.prompts), B,
-                                                                                          replace=False)
+            refill = np.random.default_rng([self.config.seed, rollout, attempt]).choice(
+                len(self.sampler.prompts), B, replace=False)
             more = self.sample(rollout, refill, attempt)
             kept.append(more.select(np.flatnonzero(more.informative())))
         have = sum(map(len, kept))
@@ -380,19 +436,21 @@ class RolloutStream:
                                                             "rollouts": float(attempt + 1)}
 
     def batches(self, start_step: int = 0):
+        """The optimizer steps' batches from step start_step + 1 on: a resumed run redraws the
+        rollout it stopped in (same prompts, same seed) and skips the steps it already took."""
         from tunix_lite.data.batches import Batches
 
         c = self.config
         S = c.steps_per_rollout
-        order = Batches(len(self.prompts), lambda o: {"index": np.asarray(o)}, c.batch_size, seed=c.seed,
-                        drop_last=True)
+        order = Batches(len(self.sampler.prompts), lambda o: {"index": np.asarray(o)},
+                        c.batch_size, seed=c.seed, drop_last=True)
         first, skip = divmod(start_step, S)
         for k, prompt_batch in enumerate(order.stream(start=first), start=first):
-            groups, extra = self.rollout(k, prompt_batch["index"])
-            self.last = groups
-            rows = self.prepare(groups)
-            stats = groups.stats(c.max_new_tokens) | extra
-            for i, batch in enumerate(mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))):
+            rollout, extra = self.rollout(k, prompt_batch["index"])
+            rows = self.prepare(rollout)
+            stats = rollout.stats() | extra
+            passes = mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))
+            for i, batch in enumerate(passes):
                 if k == first and i < skip:
                     continue
                 self._metrics[k * S + i + 1] = stats
@@ -400,27 +458,3 @@ class RolloutStream:
 
     def metrics(self, step: int) -> dict:
         return self._metrics.pop(step, {})
-
-
-def padded_rows(rows: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Rows zero-padded to n (zero weights: they count 0 in every loss), so every step has one shape."""
-    from tunix_lite.training.trainer import pad_batch
-
-    return pad_batch(rows, n)
-
-
-def plot_curves(history: list[dict], keys: Sequence[str] = ("reward", "kl", "length"), *, title: str | None = None):
-    """One small panel per history key (reward, KL and length have different scales); returns the Figure."""
-    from matplotlib.figure import Figure
-
-    keys = [k for k in keys if any(k in h for h in history)]
-    fig = Figure(figsize=(3.2 * max(len(keys), 1), 2.8), layout="constrained")
-    for i, key in enumerate(keys):
-        ax = fig.add_subplot(1, len(keys), i + 1)
-        ax.plot(*zip(*[(h["step"], h[key]) for h in history if key in h]))
-        ax.set_title(key)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    return fig

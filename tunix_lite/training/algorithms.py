@@ -1,7 +1,7 @@
 """The algorithms `tunix-lite train --config FILE.yaml` runs, chosen by the file's `algorithm:` key.
 
-Each entry names the module that holds the algorithm's config class and its `run_*` driver; modules are imported
-only when used, so the command starts fast.
+Each entry names the module that holds the algorithm's config class and its `run_*` driver; modules
+are imported only when used, so the command starts fast.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ ALGORITHMS = {
     "distill": ("tunix_lite.distill.distill", "DistillConfig", "run_distill"),
     "grpo": ("tunix_lite.rl.grpo", "GRPOConfig", "run_grpo"),
     "ppo": ("tunix_lite.rl.ppo", "PPOConfig", "run_ppo"),
-    "agent": ("tunix_lite.agent", "AgentConfig", "run_agent"),
+    "agent": ("tunix_lite.rl.agent", "AgentConfig", "run_agent"),
 }
 
 
 def _entry(algorithm: str):
     if algorithm not in ALGORITHMS:
-        raise ConfigError(f"algorithm: {algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
+        raise ConfigError(f"algorithm: {algorithm!r} is not supported; "
+                          f"choose one of {', '.join(ALGORITHMS)}")
     module, config_name, run_name = ALGORITHMS[algorithm]
     module = importlib.import_module(module)
     return getattr(module, config_name), getattr(module, run_name)
@@ -67,16 +68,19 @@ def schema_markdown() -> str:
     parts = []
     for part in SHARED_PARTS:
         names = [f.name for f in dataclasses.fields(part)]
-        parts.append(f"### {part.__name__}\n\n{(part.__doc__ or '').strip()}\n\n{configs[0].schema_markdown(names)}")
-    own = [f"### `algorithm: {c.algorithm}`\n\n{c.schema_markdown(c.own_fields())}" for c in configs]
+        parts.append(f"### {part.__name__}\n\n{(part.__doc__ or '').strip()}\n\n"
+                     f"{configs[0].schema_markdown(names)}")
+    own = [f"### `algorithm: {c.algorithm}`\n\n{c.schema_markdown(c.own_fields())}"
+           for c in configs]
     return "\n\n".join([
         "# Config files",
-        "Every `configs/*.yaml` is one flat mapping of the keys below, read by `tunix-lite train --config FILE`; "
-        "`algorithm:` picks the algorithm (default `sft`). Values are checked before any compute: a wrong type, an "
-        "out-of-range value or an unknown key stops the run with one line naming the key. \"on resume\" says what "
-        "a rerun into the same `output_dir` may change: `same` (refused if changed; a file or directory such a key "
-        "names, e.g. `train_data` or a local `model`, must also still hold the same bytes), `free`, `grow` (may "
-        "only grow).",
+        "Every `configs/*.yaml` is one flat mapping of the keys below, read by "
+        "`tunix-lite train --config FILE`; `algorithm:` picks the algorithm (default "
+        "`sft`). Values are checked before any compute: a wrong type, an out-of-range value or "
+        "an unknown key stops the run with one line naming the key. \"on resume\" says what a "
+        "rerun into the same `output_dir` may change: `same` (refused if changed; a file or "
+        "directory such a key names, e.g. `train_data` or a local `model`, must also still hold "
+        "the same bytes), `free`, `grow` (may only grow).",
         "Generated from `tunix_lite/training/config.py` and each algorithm's config class by "
         "`python -m tunix_lite.training.algorithms --schema` (a test checks it is current).",
         "## Shared by every algorithm", *parts, "## Each algorithm's own keys", *own]) + "\n"

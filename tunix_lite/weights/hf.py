@@ -17,11 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tunix_lite.models.config import ModelConfig, RopeScaling
+from tunix_lite.models.config import ModelConfig, RopeScaling, family_of
 from tunix_lite.models.transformer import Transformer
 
-_MODEL_TYPES = {"gemma2": "gemma2", "gemma3_text": "gemma3", "gemma3": "gemma3", "llama": "llama3",
-                "qwen3": "qwen3"}
 _GEMMAS = ("gemma2", "gemma3")
 # Gemma 2 config.json files older than transformers' `layer_types` imply local, global, local, ...
 _DEFAULT_WINDOW_PATTERN = {"gemma2": 2}
@@ -31,12 +29,13 @@ _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh", "sil
 # ----------------------------------------------------------------------------- config.json
 
 _REQUIRED = object()
-_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
-               dict: "a mapping"}
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+               list: "a list", dict: "a mapping"}
 
 
 def _get(hf: dict, key: str, kind: type, default=_REQUIRED, *, positive: bool = False):
-    """hf[key] checked to be of `kind` (an int is a number; null counts as absent): one line naming the key."""
+    """hf[key] checked to be of `kind` (an int is a number; null counts as absent): one line naming
+    the key."""
     value = hf.get(key)
     if value is None:
         if default is _REQUIRED:
@@ -49,15 +48,17 @@ def _get(hf: dict, key: str, kind: type, default=_REQUIRED, *, positive: bool = 
     else:
         ok = isinstance(value, kind)
     if not ok:
-        raise ValueError(f"config.json: {key}: expected {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"config.json: {key}: expected {_KIND_NAMES[kind]}, got {value!r} "
+                         f"({type(value).__name__})")
     if positive and value < 1:
         raise ValueError(f"config.json: {key}: must be >= 1, got {value}")
     return float(value) if kind is float else value
 
 
 def _rope_settings(hf: dict, layer_kind: str) -> dict:
-    """The rope dict for one layer kind, from either transformers-5 `rope_parameters` (per layer kind
-    for Gemma 3) or the older flat `rope_theta` / `rope_scaling` / `rope_local_base_freq` keys."""
+    """The rope dict for one layer kind, from either transformers-5 `rope_parameters` (per
+    layer kind for Gemma 3) or the older flat `rope_theta` / `rope_scaling` /
+    `rope_local_base_freq` keys."""
     params = hf.get("rope_parameters")
     if params:
         if "full_attention" in params or "sliding_attention" in params:  # per layer kind (Gemma 3)
@@ -65,7 +66,8 @@ def _rope_settings(hf: dict, layer_kind: str) -> dict:
         return params
     if layer_kind == "sliding_attention" and "rope_local_base_freq" in hf:
         return {"rope_type": "default", "rope_theta": hf["rope_local_base_freq"]}
-    return {"rope_type": "default", "rope_theta": hf.get("rope_theta", 10_000.0)} | (hf.get("rope_scaling") or {})
+    return ({"rope_type": "default", "rope_theta": hf.get("rope_theta", 10_000.0)}
+            | (hf.get("rope_scaling") or {}))
 
 
 def _rope_scaling(rope: dict) -> RopeScaling | None:
@@ -78,8 +80,10 @@ def _rope_scaling(rope: dict) -> RopeScaling | None:
         return RopeScaling("llama3", factor=_get(rope, "factor", float),
                            low_freq_factor=_get(rope, "low_freq_factor", float),
                            high_freq_factor=_get(rope, "high_freq_factor", float),
-                           original_max_position=_get(rope, "original_max_position_embeddings", int))
-    raise ValueError(f"config.json: rope type {kind!r} is not supported (supported: default, linear, llama3)")
+                           original_max_position=_get(rope, "original_max_position_embeddings",
+                                                      int))
+    raise ValueError(f"config.json: rope type {kind!r} is not supported "
+                     "(supported: default, linear, llama3)")
 
 
 def _window_pattern(hf: dict, num_layers: int, family: str) -> int | None:
@@ -90,19 +94,12 @@ def _window_pattern(hf: dict, num_layers: int, family: str) -> int | None:
     if all(t == "full_attention" for t in types):
         return None
     pattern = types.index("full_attention") + 1 if "full_attention" in types else num_layers + 1
-    expected = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(num_layers)]
+    expected = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+                for i in range(num_layers)]
     if list(types) != expected:
-        raise ValueError(f"config.json: layer_types {types} are not a periodic local/global pattern")
+        raise ValueError(f"config.json: layer_types {types} are not a periodic "
+                         "local/global pattern")
     return pattern
-
-
-def family_of(hf: dict) -> str:
-    """The model family ("gemma2", "gemma3", "llama3", "qwen3") of a parsed HF config.json."""
-    model_type = "gemma3_text" if "text_config" in hf else hf.get("model_type")
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(f"config.json: model_type {model_type!r} is not supported; "
-                         f"supported: {', '.join(sorted(_MODEL_TYPES))}")
-    return _MODEL_TYPES[model_type]
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
@@ -124,7 +121,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
             raise ValueError(f"config.json: {cap}={value} is not supported "
                              "(Gemma 2 style softcapping)")
     num_layers = _get(hf, "num_hidden_layers", int, positive=True)
-    hidden, heads = _get(hf, "hidden_size", int, positive=True), _get(hf, "num_attention_heads", int, positive=True)
+    hidden, heads = (_get(hf, "hidden_size", int, positive=True),
+                     _get(hf, "num_attention_heads", int, positive=True))
     is_gemma = family in _GEMMAS
     use_sliding_window = _get(hf, "use_sliding_window", bool, False)
     pattern = _window_pattern(hf, num_layers, family) if is_gemma or use_sliding_window else None
@@ -138,7 +136,8 @@ def config_from_hf(hf: dict) -> ModelConfig:
     eos = hf.get("eos_token_id", 1)
     eos = eos[0] if isinstance(eos, list) and eos else eos
     if eos is not None and (not isinstance(eos, int) or isinstance(eos, bool)):
-        raise ValueError(f"config.json: eos_token_id: expected an integer or a list of them, got {eos!r}")
+        raise ValueError("config.json: eos_token_id: expected an integer or a list of them, "
+                         f"got {eos!r}")
     return ModelConfig(
         family=family,
         vocab_size=_get(hf, "vocab_size", int, positive=True),
@@ -171,14 +170,17 @@ def config_from_hf(hf: dict) -> ModelConfig:
 
 
 def read_config(directory: str | Path) -> ModelConfig:
-    """The ModelConfig of a checkpoint directory's config.json; one line naming the file and the problem."""
+    """The ModelConfig of a checkpoint directory's config.json; one line naming the file and
+    the problem."""
     path = Path(directory) / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{directory}: no config.json (expected a Hugging Face checkpoint directory)")
+        raise FileNotFoundError(f"{directory}: no config.json (expected a Hugging Face "
+                                "checkpoint directory)")
     try:
         hf = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} "
+                         f"column {e.colno})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
@@ -198,14 +200,16 @@ def config_to_hf(c: ModelConfig) -> dict:
                      "original_max_position_embeddings": s.original_max_position}
     hf = {
         "vocab_size": c.vocab_size, "hidden_size": c.embed_dim, "num_hidden_layers": c.num_layers,
-        "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim,
-        "intermediate_size": c.mlp_dim, "rms_norm_eps": c.norm_eps, "tie_word_embeddings": c.tie_embeddings,
-        "max_position_embeddings": c.max_seq_len, "bos_token_id": c.bos_id, "eos_token_id": c.eos_id,
+        "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim, "intermediate_size": c.mlp_dim, "rms_norm_eps": c.norm_eps,
+        "tie_word_embeddings": c.tie_embeddings, "max_position_embeddings": c.max_seq_len,
+        "bos_token_id": c.bos_id, "eos_token_id": c.eos_id,
         "pad_token_id": c.pad_id, "attention_bias": False, "torch_dtype": "float32",
     }
     if c.family in _GEMMAS:
         return hf | _gemma_fields(c, rope)
-    arch = {"llama3": ("LlamaForCausalLM", "llama"), "qwen3": ("Qwen3ForCausalLM", "qwen3")}[c.family]
+    arch = {"llama3": ("LlamaForCausalLM", "llama"),
+            "qwen3": ("Qwen3ForCausalLM", "qwen3")}[c.family]
     return hf | {"architectures": [arch[0]], "model_type": arch[1], "hidden_act": c.activation,
                  "rope_parameters": rope, "mlp_bias": False}
 
@@ -241,12 +245,14 @@ def _keep(w):
 
 
 def weight_map(c: ModelConfig) -> dict[tuple, tuple[str, Callable]]:
-    """Our parameter path -> (HF tensor name, HF->ours transform). HF linears are [out, in]; ours [in, out]."""
+    """Our parameter path -> (HF tensor name, HF->ours transform). HF linears are [out, in]; ours
+    [in, out]."""
     # Llama/Qwen call the pre-MLP norm `post_attention_layernorm`; Gemma 2 and 3 use that name for
     # the sandwich norm after attention and call the pre-MLP one `pre_feedforward_layernorm`.
     norms = {"input_norm": "input_layernorm"}
     if c.sandwich_norm:
-        norms |= {"post_attn_norm": "post_attention_layernorm", "pre_mlp_norm": "pre_feedforward_layernorm",
+        norms |= {"post_attn_norm": "post_attention_layernorm",
+                  "pre_mlp_norm": "pre_feedforward_layernorm",
                   "post_mlp_norm": "post_feedforward_layernorm"}
     else:
         norms |= {"pre_mlp_norm": "post_attention_layernorm"}
@@ -259,19 +265,22 @@ def weight_map(c: ModelConfig) -> dict[tuple, tuple[str, Callable]]:
         for ours, theirs in norms.items():
             table[("layers", i, ours, "scale")] = (f"{hf}.{theirs}.weight", _keep)
         for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            table[("layers", i, "attn", proj, "kernel")] = (f"{hf}.self_attn.{proj}.weight", _transpose)
+            table[("layers", i, "attn", proj, "kernel")] = (f"{hf}.self_attn.{proj}.weight",
+                                                            _transpose)
         if c.qk_norm:
             for norm in ("q_norm", "k_norm"):
-                table[("layers", i, "attn", norm, "scale")] = (f"{hf}.self_attn.{norm}.weight", _keep)
+                table[("layers", i, "attn", norm, "scale")] = (f"{hf}.self_attn.{norm}.weight",
+                                                               _keep)
         for proj in ("gate_proj", "up_proj", "down_proj"):
             table[("layers", i, "mlp", proj, "kernel")] = (f"{hf}.mlp.{proj}.weight", _transpose)
     return table
 
 
 def param_names(model: Transformer) -> list[dict]:
-    """Each parameter's path in export/orbax, its tensor name in export/hf, and both shapes: what another
-    JAX stack needs to read either export without tunix_lite. HF stores a linear as [out, in], ours (and
-    the orbax dict) as [in, out]; everything else has one layout, the same values."""
+    """Each parameter's path in export/orbax, its tensor name in export/hf, and both shapes:
+    what another JAX stack needs to read either export without tunix_lite. HF stores a linear as
+    [out, in], ours (and the orbax dict) as [in, out]; everything else has one layout, the
+    same values."""
     table = weight_map(model.config)
     rows = []
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
@@ -284,8 +293,8 @@ def param_names(model: Transformer) -> list[dict]:
 
 
 _PREFIXES = ("model.language_model.", "language_model.model.", "language_model.")
-# tensors a text checkpoint may hold that no config value asks for: a multimodal model's vision parts, old
-# rotary caches, a tied lm_head saved anyway
+# tensors a text checkpoint may hold that no config value asks for: a multimodal model's vision
+# parts, old rotary caches, a tied lm_head saved anyway
 _IGNORED = re.compile(r"^(model\.)?(vision_tower|multi_modal_projector)\.|rotary_emb\.inv_freq$")
 
 
@@ -297,7 +306,8 @@ def _canonical(name: str) -> str:
     return name
 
 
-def model_from_tensors(config: ModelConfig, tensors: dict[str, np.ndarray], *, where: str = "checkpoint") -> Transformer:
+def model_from_tensors(config: ModelConfig, tensors: dict[str, np.ndarray], *,
+                       where: str = "checkpoint") -> Transformer:
     """Build a Transformer from HF-named tensors without running a random init first."""
     tensors = {_canonical(k): v for k, v in tensors.items()}
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
@@ -307,28 +317,34 @@ def model_from_tensors(config: ModelConfig, tensors: dict[str, np.ndarray], *, w
     for path, var in flat:
         hf_name, transform = table[path]
         if hf_name not in tensors:
-            raise KeyError(f"{where}: tensor {hf_name!r} is missing (needed for {'.'.join(map(str, path))})")
+            raise KeyError(f"{where}: tensor {hf_name!r} is missing "
+                           f"(needed for {'.'.join(map(str, path))})")
         value = transform(np.asarray(tensors[hf_name], dtype=np.float32))
         if value.shape != var.shape:
-            raise ValueError(f"{where}: tensor {hf_name!r} has shape {tuple(tensors[hf_name].shape)}, "
-                             f"the config expects {var.shape[::-1] if transform is _transpose else var.shape}")
+            raise ValueError(f"{where}: tensor {hf_name!r} has shape "
+                             f"{tuple(tensors[hf_name].shape)}, the config expects "
+                             f"{var.shape[::-1] if transform is _transpose else var.shape}")
         var.set_value(jnp.asarray(value, var.dtype))
-    used = {table[path][0] for path, _ in flat} | ({"lm_head.weight"} if config.tie_embeddings else set())
+    used = ({table[path][0] for path, _ in flat}
+            | ({"lm_head.weight"} if config.tie_embeddings else set()))
     unused = sorted(k for k in tensors if k not in used and not _IGNORED.search(k))
     if unused:
-        raise ValueError(f"{where}: {len(unused)} tensors are not used by the config (num_layers="
-                         f"{config.num_layers}): {_summarize(unused)}; the config and the weights disagree")
+        raise ValueError(f"{where}: {len(unused)} tensors are not used by the config "
+                         f"(num_layers={config.num_layers}): {_summarize(unused)}; "
+                         "the config and the weights disagree")
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
 def _summarize(names: list[str]) -> str:
-    """Tensor names with each layer's group folded: "model.layers.4.* (11 tensors), model.layers.5.* (11 tensors)"."""
+    """Tensor names with each layer's group folded: "model.layers.4.* (11 tensors), model.layers.5.*
+    (11 tensors)"."""
     groups: dict[str, int] = {}
     for name in names:
         layer = re.match(r"(.*?\.layers\.\d+)\.", name)
         key = layer.group(1) + ".*" if layer else name
         groups[key] = groups.get(key, 0) + 1
-    return ", ".join(k if n == 1 and not k.endswith("*") else f"{k} ({n} tensors)" for k, n in groups.items())
+    return ", ".join(k if n == 1 and not k.endswith("*") else f"{k} ({n} tensors)"
+                     for k, n in groups.items())
 
 
 def model_to_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarray]:
@@ -339,7 +355,8 @@ def model_to_tensors(model: Transformer, dtype=np.float32) -> dict[str, np.ndarr
     for path, var in flat:
         hf_name, transform = table[path]
         # transpose is its own inverse; copy so safetensors gets contiguous memory
-        out[hf_name] = np.ascontiguousarray(transform(np.asarray(jax.device_get(var[...]), np.float32)), dtype)
+        out[hf_name] = np.ascontiguousarray(
+            transform(np.asarray(jax.device_get(var[...]), np.float32)), dtype)
     return out
 
 
@@ -353,14 +370,16 @@ def read_tensors(directory: Path) -> dict[str, np.ndarray]:
     index = directory / "model.safetensors.index.json"
     if index.exists():
         try:
-            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+            files = sorted(set(
+                json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{index}: not a safetensors index (a JSON mapping with a weight_map): "
-                             f"{type(e).__name__}: {e}") from None
+            raise ValueError(f"{index}: not a safetensors index (a JSON mapping with a "
+                             f"weight_map): {type(e).__name__}: {e}") from None
     elif (directory / "model.safetensors").exists():
         files = ["model.safetensors"]
     else:
-        raise FileNotFoundError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+        raise FileNotFoundError(f"{directory}: no model.safetensors or "
+                                "model.safetensors.index.json")
     tensors = {}
     for name in files:
         path = directory / name
@@ -368,12 +387,13 @@ def read_tensors(directory: Path) -> dict[str, np.ndarray]:
             raise FileNotFoundError(f"{path}: missing (listed in {index.name})")
         try:
             tensors |= load_file(path)
-        except (TypeError, ValueError):  # torch checkpoints may hold bf16, which numpy cannot: load via flax
+        # torch checkpoints may hold bf16, which numpy cannot: load via flax
+        except (TypeError, ValueError):
             from safetensors.flax import load_file as load_flax
             tensors |= {k: np.asarray(v, np.float32) for k, v in load_flax(path).items()}
         except SafetensorError as e:
-            raise ValueError(f"{path}: not a readable safetensors file ({e}); it may be truncated or corrupt: "
-                             "export or download it again") from None
+            raise ValueError(f"{path}: not a readable safetensors file ({e}); it may be truncated "
+                             "or corrupt: export or download it again") from None
     return tensors
 
 
@@ -390,5 +410,6 @@ def save_hf_model(model: Transformer, directory: str | Path, dtype=np.float32) -
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config_to_hf(model.config), indent=2) + "\n")
-    save_file(model_to_tensors(model, dtype), directory / "model.safetensors", metadata={"format": "pt"})
+    save_file(model_to_tensors(model, dtype), directory / "model.safetensors",
+              metadata={"format": "pt"})
     return directory

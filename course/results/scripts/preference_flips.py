@@ -1,14 +1,15 @@
 """Which greedy answers a preference run changed, and how: exact match of each model on the distinct held-out prompts,
 the answers each gained and lost against the first model, and two ways of getting a number or answer short.
 
-    python scripts/preference_flips.py runs/sft_tiny/model runs/dpo_tiny/model [--split validation] [--n 700]
+    python course/results/scripts/preference_flips.py runs/sft_tiny/model runs/dpo_tiny/model
+    # options: --split validation, --n 700
 
 - cut short: the tagged answer is a strict prefix of the right one ("dog dog dog dog" for five dogs, "1" for 12);
 - numbers copied short: among the text's first numbers (as many as the prompt has), one that is not in the prompt but
   begins one of its numbers ("Smallest is 2, leaving 43, 58" for 20, 43, 58). Arithmetic's intermediate results
   match this by chance, so a model that never cuts a number still counts some.
 
-The prompts are `prompt_records(preference_pairs(n, seed=2024, split=...))`, those of scripts/preference_results.py.
+The prompts are `prompt_records(preference_pairs(n, seed=2024, split=...))`, those of preference.py.
 """
 
 from __future__ import annotations

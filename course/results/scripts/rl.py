@@ -1,24 +1,25 @@
-"""Held-out results of RL on the tiny model: GRPO after SFT, its variants and PPO on the same budget, and reward
-hacking with a format-only reward (the static results notebooks/06_reinforcement_learning.ipynb shows).
+"""Held-out results of RL on the tiny model: GRPO after SFT, its variants and PPO on the same budget,
+and reward hacking with a format-only reward (the static results notebooks/06_reinforcement_learning
+shows). Each command, run from the repository root as `python course/results/scripts/rl.py ...`:
 
-    python scripts/rl_results.py sft                    # stage 1: configs/sft_tiny.yaml -> runs/sft_tiny/model
-    python scripts/rl_results.py run grpo               # one variant from it -> course/results/06_rl/grpo.json
-    python scripts/rl_results.py run ppo --steps 60     # (variants: grpo drgrpo rloo ppo format_only)
-    python scripts/rl_results.py overfit                # the sanity check: GRPO drives 4 prompts to exact match
-    python scripts/rl_results.py passk                  # greedy vs mean / pass@8 of samples, validation, per domain
-    python scripts/rl_results.py run grpo --split validation --name X --set ...   # choose settings on validation
-    python scripts/rl_results.py test --name X          # then score the chosen run once on the test split
-    python scripts/rl_results.py table                  # all of them -> course/results/06_rl.{md,png}
-                                                        # (the plot: the variants; the .md keeps its
-                                                        # hand-written part above MARKER)
-    python scripts/rl_results.py gemma                  # after `tunix-lite run configs/grpo_gemma3_270m.yaml`:
-                                                        # its stages -> course/results/06_rl_gemma.{md,png}
+    sft                    stage 1: configs/sft_tiny.yaml -> runs/sft_tiny/model
+    run grpo               one variant from it -> course/results/06_rl/grpo.json
+    run ppo --steps 60     (variants: grpo drgrpo rloo ppo format_only)
+    overfit                the sanity check: GRPO drives 4 prompts to exact match
+    passk                  greedy vs mean / pass@8 of samples, validation split, per domain
+    run grpo --split validation --name X --set ...   choose settings on validation
+    test --name X          then score the chosen run once on the test split
+    table                  all of them -> course/results/06_rl.{md,png} (the plot: the variants; the .md
+                           keeps its hand-written part above MARKER)
+    gemma                  after `tunix-lite run configs/grpo_gemma3_270m.yaml`: its stages ->
+                           course/results/06_rl_gemma.{md,png}
 
-Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS), so they
-differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out test split of the
-synthetic tasks (scripts/course_results.py: never trained on, repeated prompts counted once, 95% Wilson
-intervals, a 128-token answer budget), before and after, per domain. Variants are independent processes: run them
-side by side on a machine with cores to spare (`taskset -c 2,3 python scripts/rl_results.py run rloo`).
+Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS),
+so they differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out
+test split of the synthetic tasks (heldout.py: never trained on, repeated prompts counted once, 95%
+Wilson intervals, a 128-token answer budget), before and after, per domain. Variants are independent
+processes: run them side by side on a machine with cores to spare
+(`taskset -c 2,3 python course/results/scripts/rl.py run rloo`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from course_results import ROOT, accuracy, samples, test_records  # noqa: E402
+from heldout import RESULTS, ROOT, accuracy, interval, samples, test_records, validation_records
 
-OUT = ROOT / "course" / "results"
 SFT = ROOT / "runs" / "sft_tiny" / "model"
 # name -> (algorithm, overrides of configs/grpo_tiny.yaml, what it shows)
 VARIANTS = {
@@ -43,8 +42,8 @@ VARIANTS = {
     "ppo": ("ppo", {}, "PPO: value head on the policy's features, GAE, whitened advantages"),
     "format_only": ("grpo", {"rewards": ["format"]}, "GRPO rewarded for the answer tag alone (reward hacking)"),
 }
-MARKER = "<!-- below: written by `python scripts/rl_results.py table` -->"
-GEMMA_MARKER = "<!-- below: written by `python scripts/rl_results.py gemma` -->"
+MARKER = "<!-- below: written by `python course/results/scripts/rl.py table` -->"
+GEMMA_MARKER = "<!-- below: written by `python course/results/scripts/rl.py gemma` -->"
 GEMMA_RUN = ROOT / "runs" / "grpo_gemma3_270m"
 HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
 
@@ -79,8 +78,9 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
     from tunix_lite.training.algorithms import ALGORITHMS
 
     if not start.is_dir():
-        sys.exit(f"{start} does not exist: " + ("run `python scripts/rl_results.py sft` first" if start == SFT
-                                                 else "--model names a saved model's folder"))
+        sys.exit(f"{start} does not exist: "
+                 + ("run `python course/results/scripts/rl.py sft` first" if start == SFT
+                    else "--model names a saved model's folder"))
     config = config_for(variant, steps, changes, start)
     module, _, driver = ALGORITHMS[config.algorithm]
     records = test_records() if split == "test" else validation_records()
@@ -97,7 +97,8 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
         export_model(result.model, tokenizer, save, orbax=False)
     history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
     return {"variant": variant, "what": VARIANTS[variant][2],
-            "command": f"python scripts/rl_results.py run {variant}" + (f" --steps {steps}" if steps else "")
+            "command": f"python course/results/scripts/rl.py run {variant}"
+                       + (f" --steps {steps}" if steps else "")
                        + (f" --model {_shown(start)}" if start != SFT else "")
                        + "".join(f" --set {k}={json.dumps(v)}" for k, v in (changes or {}).items()),
             "changes": changes or {}, "split": split, "start": _shown(start),
@@ -136,18 +137,6 @@ def overfit(steps: int = 30) -> list[float]:
                         learning_rate=3e-4, warmup_steps=1, beta=0.0, rewards=["exact_match"], n_accuracy=0,
                         n_test=0, eval_every=0, log_every=1, output_dir=None, seed=1)
     return [round(h["reward/exact_match"], 2) for h in run_grpo(config, verbose=False).history]
-
-
-def validation_records(n: int = 280) -> list[dict]:
-    """Validation-split prompts (seed 0), each once: where settings are chosen (the test split is reported once)."""
-    from tunix_lite.data.synthetic import make_splits
-
-    seen, out = set(), []
-    for record in make_splits(0, n, 0, seed=0)["validation"]:
-        if record["prompt"] not in seen:
-            seen.add(record["prompt"])
-            out.append(record)
-    return out
 
 
 def pass_at_k(model_path: Path, *, group_size: int = 8, temperature: float = 1.0, n: int = 280,
@@ -210,10 +199,6 @@ def _value(text: str):
         return value
 
 
-def _cell(a: dict) -> str:
-    return f"{a['accuracy']:.2f} [{a['low']:.2f}, {a['high']:.2f}]"
-
-
 def table(results: dict[str, dict]) -> str:
     first = next(iter(results.values()))
     sft = first["accuracy"]["before"]
@@ -222,19 +207,20 @@ def table(results: dict[str, dict]) -> str:
              "share with one well-formed answer tag). Every variant starts from the same SFT model "
              "(`configs/sft_tiny.yaml`) and runs `configs/grpo_tiny.yaml` with the changes listed.", "",
              "| run | steps | training s | test accuracy | format | change vs SFT, config changes |", "|---|---:|---:|---|---:|---|",
-             f"| SFT model (start) | | | {_cell(sft['all'])} | {sft['format']:.2f} | |"]
+             f"| SFT model (start) | | | {interval(sft['all'])} | {sft['format']:.2f} | |"]
     for name, r in results.items():
         a = r["accuracy"]["after"]
         changes = ", ".join(f"{k}={v}" for k, v in r.get("changes", {}).items())
-        lines.append(f"| {name} | {r['config']['steps']} | {r['seconds']} | {_cell(a['all'])} | {a['format']:.2f} | "
+        lines.append(f"| {name} | {r['config']['steps']} | {r['seconds']} | {interval(a['all'])} | {a['format']:.2f} | "
                      f"{a['all']['accuracy'] - sft['all']['accuracy']:+.2f} {changes} |")
     domains = [d for d in sft if d not in ("all", "format")]
     lines += ["", "| domain | SFT | " + " | ".join(results) + " |", "|---|---|" + "---|" * len(results)]
     for d in domains:
         lines.append(f"| {d} (n={sft[d]['n']}) | {sft[d]['accuracy']:.2f} | "
                      + " | ".join(f"{r['accuracy']['after'][d]['accuracy']:.2f}" for r in results.values()) + " |")
-    lines += ["", "Reproduce: `python scripts/rl_results.py sft`, then for each column "
-              + ", ".join(f"`{r['command']}`" for r in results.values()) + ", then `python scripts/rl_results.py table`."]
+    lines += ["", "Reproduce: `python course/results/scripts/rl.py sft`, then for each column "
+              + ", ".join(f"`{r['command']}`" for r in results.values())
+              + ", then `python course/results/scripts/rl.py table`."]
     return "\n".join(lines)
 
 
@@ -323,7 +309,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=SFT, help="run: the model to start from; passk: the model "
                         "to measure (default: the SFT model)")
     parser.add_argument("--temperature", type=float, default=1.0, help="passk: the samples' temperature")
-    parser.add_argument("--dir", type=Path, default=OUT / "06_rl", help="where each variant's JSON goes")
+    parser.add_argument("--dir", type=Path, default=RESULTS / "06_rl", help="where each variant's JSON goes")
     parser.add_argument("--run", type=Path, default=GEMMA_RUN, help="gemma: the pipeline's output_dir")
     args = parser.parse_args()
     if args.what == "sft":
@@ -331,15 +317,15 @@ def main() -> int:
     elif args.what == "test":
         if args.name is None:
             parser.error("test: --name NAME of a run made with --split validation")
-        chosen = json.loads((OUT / "06_rl_validation" / f"{args.name}.json").read_text())
+        chosen = json.loads((RESULTS / "06_rl_validation" / f"{args.name}.json").read_text())
         result = test_saved(chosen, ROOT / "runs" / "rl_results" / args.name)
-        result["command"] += f", then python scripts/rl_results.py test --name {args.name}"
+        result["command"] += f", then python course/results/scripts/rl.py test --name {args.name}"
         args.dir.mkdir(parents=True, exist_ok=True)
         (args.dir / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(json.dumps({"before": result["accuracy"]["before"]["all"], "after": result["accuracy"]["after"]["all"]}))
     elif args.what == "passk":
         result = pass_at_k(args.model, temperature=args.temperature)
-        path = OUT / f"06_rl_passk_{args.name or args.model.parent.name}_t{args.temperature:g}.json"
+        path = RESULTS / f"06_rl_passk_{args.name or args.model.parent.name}_t{args.temperature:g}.json"
         path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"{'domain':12s} {'n':>4s} greedy  sample-mean  pass@8  signal-groups  format")
         for d, v in result["domains"].items():
@@ -347,8 +333,8 @@ def main() -> int:
                   f"{v['signal_groups']:14.2f} {v['sample_format']:7.2f}")
     elif args.what == "gemma":
         text, histories = gemma_tables(args.run)
-        write_below(OUT / "06_rl_gemma.md", GEMMA_MARKER, text)  # above it: how it was run, what it shows
-        plot(histories, OUT / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
+        write_below(RESULTS / "06_rl_gemma.md", GEMMA_MARKER, text)  # above it: how it was run, what it shows
+        plot(histories, RESULTS / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
         print(text)
     elif args.what == "overfit":
         print("rollout exact match per step:", overfit(args.steps or 30))
@@ -361,7 +347,7 @@ def main() -> int:
         result = run_variant(args.variant, args.steps, changes, split=args.split, save=save,
                              start=args.model.resolve())
         if args.split == "validation":
-            args.dir = OUT / "06_rl_validation"
+            args.dir = RESULTS / "06_rl_validation"
             result["command"] += f" --split validation --name {name}"
         args.dir.mkdir(parents=True, exist_ok=True)
         (args.dir / f"{args.name or args.variant}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -372,8 +358,8 @@ def main() -> int:
         variants = [k for k in VARIANTS if k in found]  # first, in VARIANTS' order; then the settings tried
         results = {k: found[k] for k in variants + sorted(set(found) - set(variants))}
         text = table(results)
-        write_below(OUT / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
-        plot({k: found[k] for k in variants} or results, OUT / "06_rl.png", smooth=10)  # the variants side by side
+        write_below(RESULTS / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
+        plot({k: found[k] for k in variants} or results, RESULTS / "06_rl.png", smooth=10)  # the variants side by side
         print(text)
     return 0
 

@@ -1,10 +1,10 @@
 """How much of the teacher-student gap does distillation close? Held-out loss and exact match of three models.
 
-    python scripts/distill_gap.py --variants ce,kd,gkd --table course/results/07_distill.md   # the course's table
-    python scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
-    python scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
-    python scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,kd,seqce,seqkd   # few labels
-    python scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,seqkd --keep-blocks 4 --steps 300
+    python course/results/scripts/distill_gap.py --variants ce,kd,gkd --table course/results/07_distill.md   # the course's table
+    python course/results/scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
+    python course/results/scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
+    python course/results/scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,kd,seqce,seqkd   # few labels
+    python course/results/scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,seqkd --keep-blocks 4 --steps 300
 
 Every student is the same cut of the teacher (blocks 0 and 5 by default; --set student_layers=[...] another, or
 --keep-blocks K the K blocks it misses least, `prune_blocks` on the validation split), trained with the same steps,
@@ -97,7 +97,7 @@ def chosen_blocks(teacher: str, keep: int, seed: int, n: int = 280) -> list[tupl
     from tunix_lite.distill.student import prune_blocks
     from tunix_lite.evaluation import distinct_prompts
     from tunix_lite.loading import load
-    from tunix_lite.training.sft import validation_loss_fn
+    from tunix_lite.training.evals import validation_loss_fn
 
     model, tokenizer = load(teacher)
     validation = distinct_prompts(make_splits(1, n, 1, seed=seed)["validation"])

@@ -1,14 +1,17 @@
-"""Held-out results of the preference recipes, as a markdown table (the numbers in notebooks/05_preference_tuning.ipynb).
+"""Held-out results of the preference recipes, as a markdown table (the numbers
+notebooks/05_preference_tuning shows). From the repository root:
 
-    python scripts/preference_results.py            # SFT -> DPO (configs/dpo_tiny.yaml) beside ORPO (configs/orpo_tiny.yaml)
-    python scripts/preference_results.py --gemma    # LoRA-DPO of Gemma 3 270M (configs/dpo_gemma3_270m.yaml): pair
-                                                    # metrics before/after, step time and peak memory
+    python course/results/scripts/preference.py          # SFT -> DPO (configs/dpo_tiny.yaml) beside
+                                                         # ORPO (configs/orpo_tiny.yaml)
+    python course/results/scripts/preference.py --gemma  # LoRA-DPO of Gemma 3 270M
+                                                         # (configs/dpo_gemma3_270m.yaml): pair metrics
+                                                         # before/after, step time and peak memory
 
-Both runs are evaluated on the same held-out pairs (`preference_pairs(n, seed=2024, split="test")`: prompts no
-training split contains) against the model each run started from: the SFT model for DPO, the pretrained tiny model
-for ORPO. DPO needs the SFT stage first (`tunix-lite train --config configs/sft_tiny.yaml`). Rates carry a 95% Wilson
-interval. Choose a recipe on the validation split (`--split validation --set KEY=VALUE ...`), report it on the test
-split once.
+Both runs are evaluated on the same held-out pairs (`preference_pairs(n, seed=2024, split="test")`:
+prompts no training split contains) against the model each run started from: the SFT model for DPO,
+the pretrained tiny model for ORPO. DPO needs the SFT stage first (`tunix-lite train --config
+configs/sft_tiny.yaml`). Rates carry a 95% Wilson interval. Choose a recipe on the validation split
+(`--split validation --set KEY=VALUE ...`), report it on the test split once.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import resource
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tunix_lite.evaluation import wilson
@@ -69,12 +73,43 @@ def verdict(before: dict, after: dict, n: int) -> str:
             f"{after['prompts']:.0f} distinct prompts' answers.")
 
 
+def heldout_report(policy, reference, tokenizer, pairs: Sequence[dict], *, seq_len: int = 128,
+                   beta: float = 0.1, batch_size: int = 16, generate: bool = True) -> dict[str, float]:
+    """Held-out scores of `policy` on `pairs` (e.g. preference_pairs(n, split="test")), against
+    `reference` (the model training started from): the sigmoid-DPO pair metrics
+    (rewards/accuracies: the implicit reward ranks the pair right; logps/accuracies: the policy
+    gives the chosen completion the higher log-prob) and, with `generate`, exact match, format and
+    answer flaws of greedy answers to the pairs' distinct prompts (`prompt_records`; "prompts"
+    counts them). Any preference loss's policy can be compared on this one scale."""
+    import jax.numpy as jnp
+
+    from tunix_lite.preference.data import tokenize_pairs
+    from tunix_lite.preference.dpo import PreferenceLoss
+    from tunix_lite.preference.evaluation import generation_eval, prompt_records
+    from tunix_lite.preference.scoring import reference_log_probs
+
+    data = tokenize_pairs(pairs, tokenizer, seq_len=seq_len, truncation="drop")
+    # both models scored by the one compiled function, so that policy == reference ties exactly
+    policy_sums, reference_sums = (jnp.asarray(reference_log_probs(m, data, batch_size))
+                                   for m in (policy, reference))
+    masks = data.sequences.mask
+    counts = jnp.asarray([[m.sum() for m in masks[i:i + 2]] for i in range(0, 2 * len(data), 2)])
+    loss, metrics = PreferenceLoss("sigmoid", beta=beta).loss_from_sums(policy_sums, counts,
+                                                                        reference_sums)
+    scores = {key: float(value) for key, value in (metrics | {"loss": loss}).items()}
+    if generate:
+        records = prompt_records(pairs)
+        answers = generation_eval(policy, tokenizer, records, batch_size=min(len(records), 64))
+        scores |= answers(policy)
+        scores["prompts"] = float(len(records))
+    return scores
+
+
 def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
     """The runs in args.runs, in order; `save(text, scores)` after each, so a long second run never loses the first."""
     import tunix_lite
     from tunix_lite.data.synthetic import preference_pairs
     from tunix_lite.preference.dpo import run_dpo
-    from tunix_lite.preference.evaluation import heldout_report
     from tunix_lite.training.algorithms import load_config
 
     if "dpo" in args.runs.split(",") and not Path(args.sft).is_dir():
@@ -104,8 +139,8 @@ def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
 def report(args, test, columns, scores, seconds, steps, betas, settings) -> str:
     text = table(columns, n=len(test))
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
-    reproduce = (f"Reproduce: `nice -n 10 python scripts/preference_results.py {shlex.join(sys.argv[1:])}` (after "
-                 f"`tunix-lite train --config configs/sft_tiny.yaml`).")
+    reproduce = (f"Reproduce: `nice -n 10 python course/results/scripts/preference.py "
+                 f"{shlex.join(sys.argv[1:])}` (after `tunix-lite train --config configs/sft_tiny.yaml`).")
     prompts = len({p["prompt"] for p in test})
     note = (f"{args.n_test} held-out {args.split} pairs (`preference_pairs({args.n_test}, seed=2024, split="
             f"\"{args.split}\")`), greedy answers to their {prompts} distinct prompts, rates with 95% Wilson intervals "
@@ -124,19 +159,21 @@ def gemma(args) -> tuple[str, dict]:
     import numpy as np
 
     from tunix_lite.data.synthetic import preference_pairs
-    from tunix_lite.preference.data import PreferenceBatches
-    from tunix_lite.preference.dpo import (PreferenceLoss, load_preferences, reference_log_probs, reference_model,
-                                           tokenize)
+    from tunix_lite.preference.data import PreferenceBatches, tokenize_preferences
+    from tunix_lite.preference.dpo import PreferenceLoss
+    from tunix_lite.preference.scoring import reference_log_probs
     from tunix_lite.training.algorithms import load_config
-    from tunix_lite.training.harness import build_model, trained_variables
+    from tunix_lite.training.inputs import (build_model, load_data, reference_policy,
+                                            synthetic_pairs, trained_variables)
     from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate
 
     config = load_config("configs/dpo_gemma3_270m.yaml", output_dir=None, **({"steps": args.steps} if args.steps else {}))
     model, tokenizer = build_model(config)
-    reference = reference_model(model)  # the base view: adapters off, no copy
-    train, _ = load_preferences(config)
-    train_data = tokenize(train, tokenizer, config, "train pairs")
-    test_data = tokenize(preference_pairs(args.n_test, seed=2024, split="test"), tokenizer, config, "test pairs")
+    reference = reference_policy(model)  # the base view: adapters off, no copy
+    train, _ = load_data(config, synthetic_pairs)
+    train_data = tokenize_preferences(train, tokenizer, config, "train pairs")
+    test_pairs = preference_pairs(args.n_test, seed=2024, split="test")
+    test_data = tokenize_preferences(test_pairs, tokenizer, config, "test pairs")
     loss_fn = PreferenceLoss.from_config(config, train_data, test_data)
     scores = loss_fn.scoring_settings  # the reference scored as the policy is
     began = time.perf_counter()

@@ -1,7 +1,8 @@
 """RL on real tasks (reasoning-gym, Gemma 3 270M): the candidate table, then each run beside its start.
 
-    python scripts/rl_real_tasks.py   # course/results/06_rl_reasoning_gym/*.json -> 06_rl_reasoning_gym.md
-                                      # (the part from "## Notes" on is written by hand and kept)
+    python course/results/scripts/rl_real_tasks.py
+    # course/results/06_rl_reasoning_gym/*.json -> 06_rl_reasoning_gym.md
+    # (the part from "## Notes" on is written by hand and kept)
 
 Every figure comes from a `tunix-lite eval --json` report saved in course/results/06_rl_reasoning_gym/
 (the command that made it is in the report's own "command" key, written below each table):
@@ -15,10 +16,9 @@ Every figure comes from a `tunix-lite eval --json` report saved in course/result
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "course" / "results"
+from heldout import RESULTS
+
 DATA = RESULTS / "06_rl_reasoning_gym"
 HEADROOM = 0.2  # pass@8 - greedy of the start model: below this, RL has little a sharper policy can find
 

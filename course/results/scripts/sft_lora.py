@@ -1,12 +1,12 @@
 """The static results notebooks 03 and 04 show in every profile: full `cpu`-profile runs, measured once.
 
-    nice -n 10 python scripts/course_results.py            # both (about an hour on 2 busy CPU cores)
-    nice -n 10 python scripts/course_results.py --only 03  # SFT of the tiny model
-    python scripts/course_results.py --plot-only            # redraw the figures from course/results/*.json
+    nice -n 10 python course/results/scripts/sft_lora.py            # both (an hour on 2 busy cores)
+    nice -n 10 python course/results/scripts/sft_lora.py --only 03  # SFT of the tiny model
+    python course/results/scripts/sft_lora.py --plot-only           # redraw from the saved JSON
 
 Writes course/results/{03_sft,04_lora}.{json,md,png}. Accuracy is exact match of greedy answers on the held-out
-test split of the synthetic tasks (tunix_lite.data.synthetic.make_splits, never trained on; repeated prompts
-counted once), with n and 95% Wilson intervals per domain. Every sample names the model that wrote it.
+test split of the synthetic tasks (heldout.py: never trained on, repeated prompts counted once), with n and 95%
+Wilson intervals per domain. Every sample names the model that wrote it.
 """
 
 from __future__ import annotations
@@ -15,59 +15,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
-from tunix_lite.evaluation import wilson
+from heldout import MAX_NEW_TOKENS, RESULTS, ROOT, accuracy, interval, samples, test_records
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "course" / "results"
-COMMAND = "nice -n 10 python scripts/course_results.py --only {part}"
-N_TEST = 420  # drawn per split; about 60 per domain before repeated prompts are removed
-MAX_NEW_TOKENS = 128  # the sort domain's worked answers need about 90 tokens
-
-
-def test_records(limit_per_domain: int | None = None) -> list[dict]:
-    """The held-out test split, each prompt once, optionally capped per domain."""
-    from tunix_lite.data.synthetic import make_splits
-
-    seen, out, per_domain = set(), [], {}
-    for record in make_splits(0, 0, N_TEST, seed=0)["test"]:
-        domain = record["domain"]
-        if record["prompt"] in seen or (limit_per_domain and per_domain.get(domain, 0) >= limit_per_domain):
-            continue
-        seen.add(record["prompt"])
-        per_domain[domain] = per_domain.get(domain, 0) + 1
-        out.append(record)
-    return out
-
-
-def accuracy(model, tokenizer, records, *, batch_size: int = 64) -> tuple[dict, list[str]]:
-    """({domain or "all": {"k", "n", "accuracy", "low", "high"}} plus "format", the greedy texts)."""
-    from tunix_lite.data.synthetic import reward_exact_match, reward_format
-    from tunix_lite.evaluation import TaskEval
-
-    model.eval()
-    task = TaskEval(model, tokenizer, records, max_new_tokens=MAX_NEW_TOKENS, batch_size=batch_size)
-    texts = task.completions()
-    correct = reward_exact_match(None, texts, [r["answer"] for r in records])
-    table = {}
-    for domain in ["all", *sorted({r["domain"] for r in records})]:
-        hits = [c for c, r in zip(correct, records) if domain in ("all", r["domain"])]
-        k, n = int(sum(hits)), len(hits)
-        table[domain] = {"k": k, "n": n, "accuracy": k / n, "low": wilson(k, n)[0], "high": wilson(k, n)[1]}
-    table["format"] = float(sum(reward_format(None, texts)) / len(texts))
-    return table, texts
-
-
-def samples(records, texts_by_model: dict[str, list[str]], per_domain: int = 1) -> list[dict]:
-    """The first test prompt of each domain, with what each model answered."""
-    out, taken = [], {}
-    for i, r in enumerate(records):
-        if taken.get(r["domain"], 0) < per_domain:
-            taken[r["domain"]] = taken.get(r["domain"], 0) + 1
-            out.append({"domain": r["domain"], "prompt": r["prompt"], "answer": r["answer"],
-                        "by_model": {model: texts[i] for model, texts in texts_by_model.items()}})
-    return out
+COMMAND = "nice -n 10 python course/results/scripts/sft_lora.py --only {part}"
 
 
 def curve(history: list[dict]) -> dict:
@@ -215,7 +166,7 @@ def _smooth(c: dict, k: int = 10):
 
 
 def _pct(cell: dict) -> str:
-    return f"{cell['accuracy']:.2f} [{cell['low']:.2f}, {cell['high']:.2f}] (n={cell['n']})"
+    return f"{interval(cell)} (n={cell['n']})"
 
 
 def figures_03(r: dict):
@@ -231,7 +182,7 @@ def figures_03(r: dict):
     _bars(right, r["accuracy"], names, "held-out test accuracy per domain, 95% Wilson intervals")
     fig.suptitle(f"reproduce: {r['command']}", fontsize=8, y=0.02, ha="left", x=0.01, family="monospace")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(OUT / "03_sft.png", dpi=90)
+    fig.savefig(RESULTS / "03_sft.png", dpi=90)
     plt.close(fig)
     lines = [f"Reproduce: `{r['command']}` ({r['seconds']} s of training and evaluation on 2 shared CPU cores; "
              f"config `configs/sft_tiny.yaml` with {r['config']['steps']} steps).", "",
@@ -244,7 +195,7 @@ def figures_03(r: dict):
         lines.append(f"| {d} | " + " | ".join(_pct(r["accuracy"][n][d]) for n in names) + " |")
     lines += ["", "Greedy answers to the first test prompt of each domain (the model that wrote each is named):", ""]
     lines += _sample_lines(r["samples"])
-    (OUT / "03_sft.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (RESULTS / "03_sft.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _sample_lines(items: list[dict]) -> list[str]:
@@ -269,7 +220,7 @@ def figures_04(r: dict):
     _bars(right, {n: tiny[n]["accuracy"] for n in names}, names, "held-out test accuracy, 95% Wilson intervals")
     fig.suptitle(f"reproduce: {r['command']}", fontsize=8, y=0.02, ha="left", x=0.01, family="monospace")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(OUT / "04_lora.png", dpi=90)
+    fig.savefig(RESULTS / "04_lora.png", dpi=90)
     plt.close(fig)
     g = r["gemma"]
     gnames = list(g["accuracy"])
@@ -295,7 +246,7 @@ def figures_04(r: dict):
                      f"{g['accuracy'][name]['format']:.2f} |")
     lines += ["", "Greedy answers of Gemma 3 270M before and after (the model that wrote each is named):", ""]
     lines += _sample_lines(g["samples"])
-    (OUT / "04_lora.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (RESULTS / "04_lora.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,11 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["03", "04"], help="one notebook's results")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved JSON")
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     for part, run, draw in [("03", run_03, figures_03), ("04", run_04, figures_04)]:
         if args.only and part != args.only:
             continue
-        path = OUT / f"{part}_{'sft' if part == '03' else 'lora'}.json"
+        path = RESULTS / f"{part}_{'sft' if part == '03' else 'lora'}.json"
         if not args.plot_only:
             path.write_text(json.dumps(run(), indent=1) + "\n", encoding="utf-8")
         draw(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,57 @@
+"""The scripts in course/results/scripts/ regenerate the course's measured results in hours, so CI never
+runs them; it checks what can break them silently: a library name they import that moved, and a command
+in the results, notebooks, configs or docs that names a script no longer there."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "course" / "results" / "scripts").glob("*.py"))
+# where commands that made a result are written down
+DOCUMENTS = sorted([*(ROOT / "course").rglob("*.md"), *(ROOT / "course" / "results").rglob("*.json"),
+                    *(ROOT / "notebooks").glob("*.py"), *(ROOT / "configs").glob("*.yaml"),
+                    ROOT / "README.md"])
+SCRIPT_PATH = re.compile(r"(?<![\w/.-])((?:course/results/)?scripts/\w+\.(?:py|sh))")
+
+
+def imported_names(path: Path) -> list[tuple[str, str | None]]:
+    """(module, name) for each `from module import name`, (module, None) for each `import module`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, None) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_a_results_script_imports_only_names_that_exist(path, monkeypatch):
+    monkeypatch.syspath_prepend(str(path.parent))  # as when run: its own folder on sys.path (heldout)
+    local = {p.stem for p in SCRIPTS}
+    missing = []
+    for module, name in imported_names(path):
+        if module.split(".")[0] not in {"tunix_lite", *local}:
+            continue
+        imported = importlib.import_module(module)
+        if name is not None and not hasattr(imported, name):
+            try:
+                importlib.import_module(f"{module}.{name}")
+            except ModuleNotFoundError:
+                missing.append(f"{module}.{name}")
+    assert not missing, f"{path.name} imports names that do not exist: {missing}"
+
+
+def test_every_script_a_command_names_exists():
+    missing = {}
+    for path in DOCUMENTS:
+        for script in SCRIPT_PATH.findall(path.read_text(encoding="utf-8")):
+            if not (ROOT / script).is_file():
+                missing.setdefault(script, []).append(str(path.relative_to(ROOT)))
+    assert not missing, f"scripts named but not found: {missing}"

@@ -1,0 +1,49 @@
+"""Multi-stage post-training from one YAML file: a base model through SFT, DPO and GRPO stages to a
+measured, exported model, resumable across sessions.
+
+    tunix-lite run configs/capstone_tiny.yaml [--max-minutes 500] [--check]
+    result = run_pipeline(load_pipeline("configs/capstone_tiny.yaml"))
+
+The file (every key: the sections in tunix_lite/pipeline/spec.py):
+
+    output_dir: runs/capstone_tiny
+    model: tiny                 # the base model of the first stage
+    max_minutes: null           # this session's wall-clock budget (e.g. a Kaggle session)
+    data: {style: reasoning, weights: {arithmetic: 2, sequence: 2}, n_train: 1200}   # DataSpec
+    defaults: {seq_len: 128, checkpoint_every: 20}  # keys every stage gets unless it sets them
+    stages:
+      - {name: sft, algorithm: sft, steps: 60}      # a config of a registered algorithm
+      - {name: grpo, algorithm: grpo, steps: 40}    # starts from the previous stage's output
+    evaluation: {n_prompts: 64, samples: 16}        # EvalSpec; null: no evaluation
+    export: true                                    # export/: the last stage's model (HF + Orbax)
+
+Each stage is one algorithm run in `output_dir/<name>` with the shared run harness, so it logs,
+checkpoints and resumes as `tunix-lite train` does. A stage starts from the model another stage
+wrote (`from:`, by default the stage before it; `from: base` is the base model): full fine-tuning's
+`model/`, or for LoRA the adapters merged into that stage's base (`merged/`), so the next stage's
+LoRA reference policy is the previous stage's model.
+
+spec.py: before any compute the file's sections and every stage's config are built and checked, each
+stage as its algorithm's own config (the same checked dataclass `tunix-lite train` builds, rewards
+included), plus what only the pipeline knows (a `from:` that names no earlier stage, a budget too
+short for one step), each problem in one line naming the stage and key.
+run.py: then, in order, the data files, the held-out evaluation of the base model, and per stage
+its training, its held-out evaluation (`tunix_lite.reasoning_eval`) and the report (`report/`:
+table and plots of every stage so far); finally the export. Every piece is written atomically and
+skipped on a rerun once done, so:
+
+- with `max_minutes`, the stage in training stops at the budget with a checkpoint and the command
+  exits cleanly; rerunning it continues that stage from its checkpoint (a Kaggle or Colab session at
+  a time);
+- killed at any moment, a rerun loses at most the steps since the stage's last checkpoint
+  (`checkpoint_every`, 25 unless set).
+A stage whose inputs changed after it ran (an earlier stage retrained) is refused with the folder to
+delete.
+"""
+
+from tunix_lite.pipeline.run import PipelineResult, prepare_data, run_pipeline
+from tunix_lite.pipeline.spec import (Pipeline, load_pipeline, plan, source_marker, stage_values,
+                                      unused_devices_warning)
+
+__all__ = ["Pipeline", "PipelineResult", "load_pipeline", "plan", "prepare_data", "run_pipeline",
+           "source_marker", "stage_values", "unused_devices_warning"]

@@ -1,0 +1,452 @@
+"""A pipeline file, checked: its sections as Checked dataclasses (tunix_lite.training.config), its
+stages as their algorithms' own configs, the session's time budget, the plan `--check` prints, and
+the small state each stage leaves on disk.
+
+Every problem is found before any compute and reported in one line naming the file, the stage and
+the key (`load_pipeline`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from tunix_lite.data import reasoning_gym
+from tunix_lite.training.config import Checked, ConfigError, apply_settings, option, read_yaml
+
+REASONING_DOMAINS = ("arithmetic", "compare", "sort", "count", "sequence", "instruction")
+# stages that train on preference pairs (prompt, chosen, rejected)
+PREFERENCE_ALGORITHMS = ("dpo", "reward_model")
+CHECKPOINT_EVERY = 25  # a stage's checkpoint cadence unless the file sets checkpoint_every
+# FLOP/s no 2-8 core CPU exceeds in float32: the lower bound of a step's time before any timing
+CPU_FLOPS = 1e12
+# likewise for one accelerator chip (a TPU v5p or an H100 in bf16 is below this)
+ACCELERATOR_FLOPS = 1e15
+
+
+# ----------------------------------------------------------------------------- the file's sections
+
+
+@dataclasses.dataclass
+class DataSpec(Checked):
+    """Where every stage's examples come from: the synthetic tasks (default) or your own files."""
+
+    train: str | None = option(
+        None, "your prompt/completion records (JSONL, a datasets directory, parquet, csv) or "
+              "reasoning_gym:TASK[,TASK...][?size=N&seed=S] (tunix_lite.data.reasoning_gym); null: "
+              "the synthetic tasks")
+    validation: str | None = option(
+        None, "your validation records (same columns as train), or a reasoning_gym spec (another "
+              "seed than train's; null with a train spec: n_validation items of its tasks)")
+    test: str | None = option(
+        None, "your held-out records for evaluation: prompt, answer[, domain]; or a reasoning_gym "
+              "spec")
+    pairs_train: str | None = option(
+        None, "your preference pairs (prompt, chosen, rejected) for a dpo stage")
+    pairs_validation: str | None = option(None, "your validation preference pairs")
+    tasks: Literal["reasoning", "calculator"] = option(
+        "reasoning", "the built-in tasks: the synthetic reasoning domains, or calculator problems "
+                     "for the tool-using agent (tunix_lite.rl.agent; evaluated with and without "
+                     "the tool)")
+    style: Literal["plain", "reasoning"] = option(
+        "reasoning", "synthetic completions: plain, or "
+                     "<reasoning>...</reasoning><answer>...</answer>")
+    domains: list[str] = option(list(REASONING_DOMAINS), "synthetic domains")
+    weights: dict[str, float] | None = option(
+        None, "synthetic training mixture: domain -> weight (null: equal)")
+    n_train: int = option(2000, "synthetic training examples", ge=1)
+    n_validation: int = option(64, "synthetic validation examples (and preference pairs)", ge=1)
+    n_test: int = option(128, "synthetic held-out test examples", ge=1)
+    n_pairs: int = option(1000, "synthetic preference pairs for dpo stages", ge=1)
+    seed: int = option(0, "seed of the synthetic data")
+
+    def check(self) -> None:
+        from tunix_lite.data.synthetic import DOMAINS
+
+        specs = [key for key in ("train", "validation", "test")
+                 if reasoning_gym.is_spec(getattr(self, key))]
+        for key in specs:
+            try:
+                reasoning_gym.parse_spec(getattr(self, key))
+            except (ValueError, ImportError) as e:
+                raise ConfigError(f"{key}: {e}") from None
+        if self.train is None:
+            unknown = sorted(set(self.domains) - set(DOMAINS))
+            if unknown or not self.domains:
+                raise ConfigError(f"domains: {unknown or '[]'} are not synthetic domains; choose "
+                                  f"from {', '.join(DOMAINS)}")
+            if self.weights is not None:
+                outside = sorted(set(self.weights) - set(self.domains))
+                if (outside or any(w < 0 for w in self.weights.values())
+                        or sum(self.weights.values()) <= 0):
+                    raise ConfigError(f"weights: {self.weights} must give the domains in "
+                                      "data.domains non-negative weights with a positive sum"
+                                      + (f" ({outside} are not in it)" if outside else ""))
+            return
+        for key in ("train", "validation", "test", "pairs_train", "pairs_validation"):
+            value = getattr(self, key)
+            if value is not None and key not in specs and not Path(value).expanduser().exists():
+                raise ConfigError(f"{key}: no file or directory at {value}")
+        if self.validation is None and "train" not in specs:  # a spec draws one from its tasks
+            raise ConfigError("validation: with your own data.train, give data.validation too")
+
+
+@dataclasses.dataclass
+class EvalSpec(Checked):
+    """The held-out evaluation after every stage (tunix_lite.reasoning_eval)."""
+
+    n_prompts: int = option(64, "held-out test prompts", ge=1)
+    samples: int = option(8, "sampled answers per prompt (pass@k, maj@k, best-of-N use them)", ge=1)
+    scaling: list[int] = option(
+        [1, 2, 4, 8], "test-time scaling: N samples per prompt (each <= samples)")
+    temperature: float = option(1.0, "sampling temperature", gt=0)
+    top_p: float | None = option(None, "nucleus sampling (null: off)", gt=0, le=1)
+    max_new_tokens: int | None = option(
+        None, "answer budget (null: from the longest reference completion)", ge=1)
+    batch_size: int = option(16, "prompts per sampler call", ge=1)
+    seed: int = option(1234, "sampling seed")
+
+    def check(self) -> None:
+        too_many = [n for n in self.scaling if not 1 <= n <= self.samples]
+        if too_many:
+            raise ConfigError(f"scaling: {too_many} must each be between 1 and "
+                              f"evaluation.samples = {self.samples}; raise samples or drop them")
+
+
+@dataclasses.dataclass
+class PipelineSpec(Checked):
+    """The top level of a pipeline file."""
+
+    output_dir: str = option("", "where every stage, the report and the export go")
+    model: str = option("tiny", "the base model of the first stage")
+    max_minutes: float | None = option(
+        None, "this session's wall-clock budget; then checkpoint and exit cleanly (rerun to "
+              "continue)", gt=0)
+    description: str = option("", "free text")
+    data: DataSpec = option(DataSpec, "where the stages' examples come from")
+    defaults: dict[str, Any] = option({}, "config keys every stage gets unless it sets them")
+    # each stage is checked as its algorithm's config (load_pipeline): here only its kind
+    stages: list[dict[str, Any]] = option(
+        [], "one mapping per stage: name, algorithm, from, and its config keys")
+    evaluation: EvalSpec | None = option(EvalSpec, "the held-out evaluation; null: none")
+    export: bool = option(
+        True, "export the last stage's model to output_dir/export (HF layout + Orbax)")
+
+    def check(self) -> None:
+        if not self.output_dir.strip():
+            raise ConfigError("output_dir: a pipeline needs an output_dir (every stage, the report "
+                              "and the export go there)")
+        if self.evaluation is not None and self.data.train is not None and self.data.test is None:
+            raise ConfigError("data.test: the evaluation needs held-out records (prompt, answer); "
+                              "set data.test or evaluation: null")
+        if not self.stages:
+            raise ConfigError("stages: a pipeline needs at least one stage, e.g. "
+                              "[{name: sft, algorithm: sft}]")
+
+
+# ----------------------------------------------------------------------------- stages and the plan
+
+
+@dataclasses.dataclass
+class Stage:
+    name: str
+    algorithm: str
+    source: str  # "base" or an earlier stage's name
+    values: dict  # the file's keys for this stage (defaults merged in), before the pipeline's paths
+    config: Any = None  # the algorithm's config, checked; its `model` is set when the stage starts
+
+    @property
+    def uses_pairs(self) -> bool:
+        return self.algorithm in PREFERENCE_ALGORITHMS
+
+
+@dataclasses.dataclass
+class Pipeline:
+    path: Path
+    spec: PipelineSpec
+    stages: list[Stage]
+    values: dict  # the file's mapping with the command line's settings: what pipeline.yaml records
+
+    @property
+    def data(self) -> DataSpec:
+        return self.spec.data
+
+    @property
+    def evaluation(self) -> EvalSpec | None:
+        return self.spec.evaluation
+
+    @property
+    def root(self) -> Path:
+        return Path(self.spec.output_dir).expanduser()
+
+    def stage_dir(self, name: str) -> Path:
+        return self.root / name
+
+
+def load_pipeline(path: str | Path, *, settings: list[str] = (), **overrides) -> Pipeline:
+    """Read and check a pipeline file, with the command line's `--set KEY=VALUE` `settings`
+    (dotted paths: stages.2.steps), then `overrides` (top-level keys, e.g. max_minutes); no compute.
+    Every problem is a ConfigError of one line naming the file, the stage and the key."""
+    path = Path(path)
+    values = apply_settings(read_yaml(path), settings)
+    values |= {k: v for k, v in overrides.items() if v is not None}
+    try:
+        spec = PipelineSpec.from_dict(values)
+        pipeline = Pipeline(path, spec, _check_stages(spec), values)
+        check_budget(pipeline, spec.max_minutes)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    return pipeline
+
+
+def _check_stages(spec: PipelineSpec) -> list[Stage]:
+    """Each stage's place in the chain (its name, algorithm and `from:`), then its config, built and
+    checked as its algorithm's own, against the base model."""
+    from tunix_lite.loading import model_config
+    from tunix_lite.training.algorithms import ALGORITHMS, config_class
+    from tunix_lite.training.inputs import check_against_model
+
+    base_config = model_config(spec.model)
+    stages, names = [], ["base"]
+    for i, raw in enumerate(spec.stages):
+        raw = dict(raw)
+        algorithm = raw.pop("algorithm", None)
+        name = str(raw.pop("name", algorithm))
+        where = f"stages[{i}] ({name})"
+        if algorithm is None:
+            raise ConfigError(f"{where}: algorithm: missing; choose one of {', '.join(ALGORITHMS)}")
+        if algorithm not in ALGORITHMS:
+            close = difflib.get_close_matches(str(algorithm), ALGORITHMS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: algorithm: {algorithm!r} is not supported{hint}; choose "
+                              f"one of {', '.join(ALGORITHMS)}")
+        if name in names:
+            raise ConfigError(f"{where}: name: {name!r} is used twice (or is 'base', the base "
+                              "model); give each stage its own name")
+        source = str(raw.pop("from", names[-1]))
+        if source not in names:
+            raise ConfigError(f"{where}: from: {source!r} is not an earlier stage; a stage can "
+                              f"start from {', '.join(map(repr, names))}")
+        for key in ("model", "output_dir"):
+            if key in raw:
+                raise ConfigError(f"{where}: {key}: set by the pipeline (the model from `from:`, "
+                                  f"the folder output_dir/{name}); remove it from the stage")
+        stage = Stage(name, algorithm, source,
+                      {"checkpoint_every": CHECKPOINT_EVERY} | spec.defaults | raw)
+        try:
+            values = stage_values(spec, stage, spec.model, check=True)
+            stage.config = config_class(algorithm).from_dict(values)
+            check_against_model(stage.config, base_config)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        stages.append(stage)
+        names.append(name)
+    return stages
+
+
+def stage_values(spec: PipelineSpec, stage: Stage, model: str, *, check: bool = False) -> dict:
+    """The stage's config keys with the pipeline's parts filled in: model, output_dir, data files
+    (while checking, before the synthetic files exist, the synthetic source stands in for them)."""
+    values = dict(stage.values)
+    values |= {"model": model, "output_dir": str(Path(spec.output_dir).expanduser() / stage.name),
+               "overwrite": True}
+    if "train_data" not in values:
+        train, validation = _data_files(spec, stage)
+        if check and isinstance(train, Path) and not train.exists():
+            train = validation = None
+        values |= {"train_data": str(train or "synthetic"),
+                   "validation_data": validation and str(validation)}
+    return values
+
+
+def _data_files(spec: PipelineSpec, stage: Stage) -> tuple:
+    """The stage's (train, validation) sources: Paths, or reasoning_gym specs as written (a None
+    validation: drawn from the train spec's tasks)."""
+    data = spec.data
+    if data.train is not None:  # your own files, as given
+        if stage.uses_pairs:
+            if data.pairs_train is None or data.pairs_validation is None:
+                raise ConfigError(f"data.pairs_train: stage {stage.name!r} ({stage.algorithm}) "
+                                  "trains on preference pairs; set data.pairs_train and "
+                                  "data.pairs_validation")
+            return Path(data.pairs_train), Path(data.pairs_validation)
+        return tuple(s if s is None or reasoning_gym.is_spec(s) else Path(s)
+                     for s in (data.train, data.validation))
+    folder = Path(spec.output_dir).expanduser() / "data"
+    prefix = "pairs_" if stage.uses_pairs else ""
+    return folder / f"{prefix}train.jsonl", folder / f"{prefix}validation.jsonl"
+
+
+# ----------------------------------------------------------------------------- the session budget
+
+
+class Budget:
+    """The session's wall clock: `left()` seconds (inf without max_minutes)."""
+
+    def __init__(self, max_minutes: float | None):
+        self.max_minutes = max_minutes
+        self.deadline = (time.monotonic() + 60 * max_minutes if max_minutes is not None
+                         else math.inf)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def spent(self) -> bool:
+        return self.left() <= 0
+
+
+def step_seconds_lower_bound(config, model_config) -> float:
+    """A bound no step can beat: 6 x parameters x the batch's tokens at a FLOP rate above any
+    device of this kind."""
+    import jax
+
+    c = model_config
+    attention = c.embed_dim * c.head_dim * (2 * c.num_heads + 2 * c.num_kv_heads)
+    params = c.vocab_size * c.embed_dim + c.num_layers * (attention + 3 * c.embed_dim * c.mlp_dim)
+    flops = 6 * params * config.batch_size * config.seq_len
+    return flops / (CPU_FLOPS if jax.default_backend() == "cpu" else ACCELERATOR_FLOPS)
+
+
+def check_budget(pipeline: Pipeline, budget_minutes: float | None) -> None:
+    """ConfigError when the session's budget cannot fit one step of the next stage to train: the
+    time per step (loading and compiling included) measured in an earlier session of this run, else
+    the FLOP bound."""
+    if budget_minutes is None:
+        return
+    from tunix_lite.loading import model_config
+
+    state = read_state(pipeline)
+    for stage in pipeline.stages:
+        if stage_done(pipeline, stage):
+            continue
+        timing = state.get("timings", {}).get(stage.name)
+        if timing and timing.get("steps"):
+            need = timing["seconds"] / timing["steps"]
+            how = "measured in an earlier session, loading and compiling included"
+        else:
+            need = step_seconds_lower_bound(stage.config, model_config(pipeline.spec.model))
+            how = "a lower bound from its FLOPs"
+        if 60 * budget_minutes < need:
+            raise ConfigError(f"max_minutes: {budget_minutes:g} ({60 * budget_minutes:.3g} s) is "
+                              f"too short for one step of stage {stage.name!r} (at least "
+                              f"{need:.3g} s, {how}); ask for at least "
+                              f"{math.ceil(need / 60 * 1.5):g} min")
+        return
+
+
+# ----------------------------------------------------------------------------- state on disk
+
+
+def write_json(path: Path, value) -> None:
+    """Write then rename: a kill never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def read_state(pipeline: Pipeline) -> dict:
+    """pipeline.json: which model each stage started from, and the time its steps took."""
+    return read_json(pipeline.root / "pipeline.json") or {}
+
+
+def stage_marker(pipeline: Pipeline, stage: Stage) -> dict | None:
+    """<stage>/stage.json, written when the stage finished: its id, source, steps and model."""
+    return read_json(pipeline.stage_dir(stage.name) / "stage.json")
+
+
+def stage_done(pipeline: Pipeline, stage: Stage) -> bool:
+    marker = stage_marker(pipeline, stage)
+    return marker is not None and marker["steps"] == stage.config.steps
+
+
+def source_marker(pipeline: Pipeline, stage: Stage) -> dict | None:
+    """The marker of the model the stage starts from (None: that stage has not finished)."""
+    if stage.source == "base":
+        return {"id": "base", "model_dir": pipeline.spec.model}
+    source = next(s for s in pipeline.stages if s.name == stage.source)
+    return stage_marker(pipeline, source)
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def plan(pipeline: Pipeline) -> str:
+    """The checked plan, one line per stage: what `tunix-lite run --check` prints."""
+    header = (f"{pipeline.path}: {len(pipeline.stages)} stages into {pipeline.root}, base model "
+              f"{pipeline.spec.model}")
+    lines = [header]
+    for stage in pipeline.stages:
+        c = stage.config
+        done = " (done)" if stage_done(pipeline, stage) else ""
+        lora = f", LoRA r{c.lora_rank}" if c.lora_rank else ""
+        lines.append(f"  {stage.name}: {stage.algorithm} from {stage.source}, {c.steps} steps x "
+                     f"{c.batch_size}{lora}{done}")
+    if pipeline.evaluation is not None:
+        e = pipeline.evaluation
+        lines.append(f"  evaluation: {e.n_prompts} held-out prompts x {e.samples} samples after "
+                     "every stage")
+    lines += _device_lines(pipeline)
+    return "\n".join(lines)
+
+
+def _device_lines(pipeline: Pipeline) -> list[str]:
+    """The devices the stages' meshes use on this machine; a warning when they leave some idle."""
+    import jax
+
+    from tunix_lite.sharding import device_kind
+
+    devices = jax.devices()
+    used = {}
+    for i, stage in enumerate(pipeline.stages):
+        try:
+            used[stage.name] = _stage_devices(stage.config, devices)
+        except ValueError as e:  # sizes that do not fit this machine fail here, not stages later
+            raise ConfigError(f"{pipeline.path}: stages[{i}] ({stage.name}): {e}") from None
+    meshes = {mesh for _, mesh in used.values()}
+    most = max(count for count, _ in used.values())
+    if len(meshes) == 1:
+        line = f"devices: {most} x {devices[0].device_kind}, mesh {meshes.pop()}"
+    else:
+        line = (f"devices: up to {most} x {devices[0].device_kind}, mesh per stage: "
+                + ", ".join(f"{name} {mesh}" for name, (_, mesh) in used.items()))
+    fewest = min(count for count, _ in used.values())
+    warning = unused_devices_warning(len(devices), fewest, device_kind(devices[0]))
+    return [line] + ([warning] if warning else [])
+
+
+def _stage_devices(config, devices: list) -> tuple[int, str]:
+    """(how many of `devices` a stage trains and samples on, its mesh in words)."""
+    from tunix_lite.sharding import resolve_mesh
+
+    train_on, rollouts = devices, None
+    if getattr(config, "rollout_mesh", None) is not None:  # RL sampling on devices of its own
+        from tunix_lite.rl.setup import split_devices
+
+        train_on, rollouts = split_devices(config, devices)
+    mesh = resolve_mesh(config.mesh, train_on)
+    if mesh is None:
+        count, words = 1, "null (one device)"
+    else:
+        count, words = mesh.devices.size, str(dict(mesh.shape))
+    if rollouts is not None:
+        count, words = count + rollouts.devices.size, f"{words} + rollouts {dict(rollouts.shape)}"
+    return count, words
+
+
+def unused_devices_warning(available: int, used: int, platform: str) -> str | None:
+    """The warning when a run uses fewer devices than the machine has (None when it uses them all).
+    A CPU counts as one device unless XLA_FLAGS simulates several, which then count like chips."""
+    if used >= available:
+        return None
+    return (f"warning: this machine has {available} {platform.upper()} devices; "
+            f"the mesh uses {used}. Set mesh: auto to use all of them")
