@@ -60,8 +60,9 @@ class RolloutEngine(Protocol):
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, num_samples: int,
                  temperature: float, top_k: int | None, top_p: float | None, seed: int,
                  max_total_tokens: int | None) -> GenerateOutput:
-        """num_samples completions of each prompt (token ids), rows b * num_samples + g; a row
-        also stops once its prompt plus completion hold max_total_tokens (None: no such limit)."""
+        """num_samples completions of each prompt (token ids), in rows b * num_samples + g.
+
+        A row also stops once its prompt plus completion hold max_total_tokens (None: no limit)."""
 
     def sync_weights(self, model: nnx.Module) -> None:
         """Make the next `generate` sample from `model`'s current weights."""
