@@ -13,10 +13,10 @@ WORKLOADS = ("sft_full", "sft_lora", "generate_tiny")
 
 
 @pytest.mark.slow
-def test_benchmark_smoke(tmp_path):
+def test_benchmark_smoke(tmp_path, subprocess_env):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", "--workloads",
                            ",".join(WORKLOADS), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=subprocess_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "results.json").read_text())
     rows = {row["workload"]: row for row in data["summary"] if row["impl"] == "tunix_lite"}
@@ -31,9 +31,10 @@ def test_benchmark_smoke(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_step_lists_where_the_step_goes():
+def test_profile_step_lists_where_the_step_goes(subprocess_env):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_step.py"), "--workload", "sft_full",
-                           "--steps", "1", "--top", "5"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--steps", "1", "--top", "5"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=subprocess_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     head, kinds, top = proc.stdout.strip().split("\n\n")
     assert float(head.split(": ")[1].split(" ms")[0]) > 0
@@ -93,13 +94,13 @@ def test_peer_id_tokenizer_round_trips_every_id():
 
 
 @pytest.mark.slow
-def test_gpu_benchmark_smoke_runs_both_sides_and_tabulates(tmp_path):
+def test_gpu_benchmark_smoke_runs_both_sides_and_tabulates(tmp_path, subprocess_env):
     """benchmarks/gpu.py --smoke: each code path on the tiny shape (both sides' training and rollout, the
     compile cache), so the accelerator benchmark cannot rot between GPU sessions."""
     records = tmp_path / "records.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--steps", "1",
                            "--warmup", "1", "--json", str(records)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=subprocess_env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     measured = [r for r in json.loads(records.read_text()) if "error" not in r]
     impls = {(r["row"], r.get("impl")) for r in measured}

@@ -163,8 +163,9 @@ def test_chunked_loss_equals_unchunked_with_capping(model):
 
     (whole, whole_grads), (chunked, chunked_grads) = loss_and_grads(0), loss_and_grads(8)
     np.testing.assert_allclose(chunked, whole, rtol=1e-5)
-    for (path, g), (_, h) in zip(whole_grads, chunked_grads):
-        np.testing.assert_allclose(h[...], g[...], rtol=1e-4, atol=1e-6, err_msg=str(path))
+    for (path, g), (_, h) in zip(whole_grads, chunked_grads):  # float32 sums in another order
+        scale = float(np.abs(g[...]).max())
+        np.testing.assert_allclose(h[...], g[...], rtol=1e-4, atol=1e-5 * scale, err_msg=str(path))
 
 
 def test_gemma2_2b_preset_has_the_published_dimensions():

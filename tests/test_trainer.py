@@ -126,6 +126,23 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in reference.history]
 
 
+def test_a_restored_model_runs_the_programs_a_fresh_one_compiled(tmp_path, caplog):
+    """Orbax commits what it reads to a device, and jit compiles committed and uncommitted arguments
+    to different programs: restore places the arrays as the model's own were, so a resumed run
+    reuses its compiled step and sampler (and the persistent cache) instead of compiling again."""
+    tiny_trainer().fit([lm_batch(4, seed=0)], 1, checkpoints=Checkpoints(tmp_path, every=1))
+    forward = nnx.jit(lambda model, tokens: model.logits(model.features(tokens)))
+    tokens = lm_batch(4, seed=1)["inputs"]
+    resumed = tiny_trainer(seed=7)
+    forward(resumed.model, tokens)
+    resumed.restore(Checkpoints(tmp_path))
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        forward(resumed.model, tokens)
+    assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
+    state = (nnx.state(resumed.model), nnx.state(resumed.optimizer))
+    assert not any(leaf.committed for leaf in jax.tree.leaves(state))
+
+
 def test_a_passed_deadline_ends_fit_after_one_step_with_a_checkpoint(tmp_path):
     batches = [lm_batch(4, seed=i) for i in range(6)]
     checkpoints = Checkpoints(tmp_path, every=100, keep=2)

@@ -28,6 +28,7 @@ import warnings
 from pathlib import Path
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 
@@ -67,6 +68,19 @@ def _abstract(state: nnx.State) -> dict:
     """The restore target: shape, dtype and sharding of each array, as the same pure dict `save`
     writes."""
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, nnx.to_pure_dict(state))
+
+
+def _placed_like(restored: jax.Array, current) -> jax.Array:
+    """`restored` placed as `current` was. Orbax commits what it reads to a device, while a model
+    built in this process is uncommitted, and jit lowers committed and uncommitted arguments to
+    different programs: a resumed run would compile its step and sampler again, missing the
+    persistent cache too. One device only: sharded arrays are committed either way."""
+    if not isinstance(current, jax.Array) or current.committed or not restored.committed:
+        return restored
+    if jax.dtypes.issubdtype(restored.dtype, jax.dtypes.prng_key):
+        data = jax.device_put(np.asarray(jax.random.key_data(restored)))
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(restored))
+    return jax.device_put(np.asarray(restored))
 
 
 def _os_reason(error: BaseException) -> str:
@@ -231,20 +245,18 @@ class Checkpoints:
         if step not in steps:
             raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; it has "
                                     f"steps {steps}")
-        model_state = nnx.state(model, self.state_filter)
-        targets = {"model": _abstract(model_state)}
+        owners = {"model": (model, nnx.state(model, self.state_filter))}
         if optimizer is not None:
-            optimizer_state = nnx.state(optimizer)
-            targets["optimizer"] = _abstract(optimizer_state)
+            owners["optimizer"] = (optimizer, nnx.state(optimizer))
+        targets = {name: _abstract(state) for name, (_, state) in owners.items()}
         try:
             restored = self._read(step, targets)
         except _Unreadable as e:
             raise self._unreadable(step, e.__cause__, targets) from None
-        nnx.replace_by_pure_dict(model_state, restored["model"])
-        nnx.update(model, model_state)
-        if optimizer is not None:
-            nnx.replace_by_pure_dict(optimizer_state, restored["optimizer"])
-            nnx.update(optimizer, optimizer_state)
+        for name, (owner, state) in owners.items():
+            placed = jax.tree.map(_placed_like, restored[name], nnx.to_pure_dict(state))
+            nnx.replace_by_pure_dict(state, placed)
+            nnx.update(owner, state)
         return restored["meta"]
 
     def _read(self, step: int, targets: dict) -> dict:
