@@ -556,9 +556,9 @@ print("train-step compilations while the three new trainers trained:", new_compi
 
 # %% [markdown]
 # The new trainers reuse the step compiled in section 8: same model structure, same optimizer object `tx`,
-# same batch shape. If a compilation shows up above, it is the resumed trainer's first step: Orbax restores
-# arrays *committed* to a device, freshly loaded ones are not, and `jit` caches the two cases separately.
-# That costs one compile per resume, not per step.
+# same batch shape. The resumed one too, which takes care: Orbax reads arrays *committed* to a device, a freshly
+# loaded model's are not, and `jit` compiles the two cases as different programs. `restore` therefore places
+# what it read as the model's own arrays were, and a resumed run starts without compiling.
 
 # %% [markdown]
 # Restoring reads each array into the shape, dtype and sharding of the variable it replaces, so the target can
