@@ -220,8 +220,14 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     DPOConfig(loss_type="dpop", dpop_lambda=10.0).validate()
     with pytest.raises(ValueError, match="on_policy_rejected: builds pairs; KTO's unpaired examples"):
         DPOConfig(loss_type="kto", on_policy_rejected=True).validate()
-    with pytest.raises(ValueError, match=r"on_policy_domains: \['count'\] needs on_policy_rejected: true"):
+    with pytest.raises(ValueError, match="on_policy_samples: builds pairs; KTO's unpaired examples"):
+        DPOConfig(loss_type="kto", on_policy_samples=4).validate()
+    with pytest.raises(ValueError, match="on_policy_samples: 1 reply cannot be both accepted and refused"):
+        DPOConfig(on_policy_samples=1).validate()
+    with pytest.raises(ValueError, match=r"on_policy_domains: \['count'\] needs on_policy_rejected: true or "
+                                         "on_policy_samples"):
         DPOConfig(on_policy_domains=["count"]).validate()
+    DPOConfig(on_policy_samples=4, on_policy_domains=["count"]).validate()
     with pytest.raises(ValueError, match="loss_type: 'dpo' is not supported; choose one of 'sigmoid'"):
         DPOConfig.from_dict({"loss_type": "dpo"})
     path = tmp_path / "dpo.yaml"
@@ -232,7 +238,7 @@ def test_config_errors_say_what_and_how_to_fix(tmp_path, capsys):
     path.write_text("algorithm: dpo\nmodel: tiny\non_policy_domains: [count]\nsteps: 2\nwarmup_steps: 0\n")
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "on_policy_domains: ['count'] needs on_policy_rejected: true" in err
+    assert err.count("\n") == 1 and "on_policy_domains: ['count'] needs on_policy_rejected: true or" in err
     path.write_text("algorithm: dpo\nmodel: tiny\ndpop_lambda: 10\nsteps: 2\nwarmup_steps: 0\n")
     assert main(["train", "--config", str(path)]) == 2
     err = capsys.readouterr().err
@@ -252,19 +258,69 @@ def test_on_policy_pairs_reject_the_models_own_flawed_answers(monkeypatch):
     rows = [{"prompt": f"What is {n} + {n}?", "chosen": f"<answer>{2 * n}</answer>", "rejected": "no tag",
              "answer": str(2 * n)} for n in (2, 3, 5, 6)]
     model, tokenizer = tunix_lite.load("tiny")
-    pairs, replaced = on_policy_pairs(model, tokenizer, rows)
-    assert replaced == 2 and [p["rejected"] for p in pairs] == ["no tag", said[1], said[2], "no tag"]
+    pairs, made = on_policy_pairs(model, tokenizer, rows)
+    assert made == {"rejected": 2, "sampled": 0}
+    assert [p["rejected"] for p in pairs] == ["no tag", said[1], said[2], "no tag"]
     assert [p["chosen"] for p in pairs] == [r["chosen"] for r in rows]
     # on_policy_domains: only those pairs are answered (the fixed answers go to them, in order); the rest keep theirs
     for row, domain in zip(rows, ("count", "arithmetic", "count", "count")):
         row["domain"] = domain
-    pairs, replaced = on_policy_pairs(model, tokenizer, rows, domains=["count"])
-    assert replaced == 2 and [p["rejected"] for p in pairs] == ["no tag", "no tag", said[1], said[2]]
+    pairs, made = on_policy_pairs(model, tokenizer, rows, domains=["count"])
+    assert made["rejected"] == 2 and [p["rejected"] for p in pairs] == ["no tag", "no tag", said[1], said[2]]
     with pytest.raises(ValueError, match=r"on_policy_domains: \['sort'\] matches no training pair; the pairs' "
                                          r"domains are \['arithmetic', 'count'\]"):
         on_policy_pairs(model, tokenizer, rows, domains=["sort"])
-    with pytest.raises(ValueError, match="on_policy_rejected: needs records with a text prompt and an answer"):
+    with pytest.raises(ValueError, match="on_policy_samples: need records with a text prompt and an answer"):
         on_policy_pairs(model, tokenizer, [{k: v for k, v in r.items() if k != "answer"} for r in rows])
+
+
+def test_task_eval_samples_k_replies_per_record_in_record_order():
+    """completions(num_samples=k): record r's replies are rows r*k ... r*k+k-1, each batch of prompts
+    one sampler call with its own seed (the last batch padded by repeating its last prompt)."""
+    import tunix_lite
+    from tunix_lite.evaluation import TaskEval
+
+    model, tokenizer = tunix_lite.load("tiny")
+    records = [{"prompt": f"What is {n} + {n}?", "answer": str(2 * n)} for n in (1, 2, 3)]
+    task = TaskEval(model, tokenizer, records, max_new_tokens=8, batch_size=2)
+    texts = task.completions(num_samples=2, temperature=1.0, seed=5)
+    first = task.sampler.generate(task.prompts[:2], 8, num_samples=2, temperature=1.0, seed=5).texts
+    last = task.sampler.generate(task.prompts[2:] * 2, 8, num_samples=2, temperature=1.0, seed=7).texts
+    assert texts == first + last[:2] and len(set(texts)) > 1
+    assert len(task.completions()) == 3
+
+
+def test_on_policy_samples_pair_an_accepted_reply_with_a_refused_one(monkeypatch):
+    """With samples, a prompt whose replies hold both a right and a flawed answer becomes (the first
+    right, the first flawed reply), both the model's own, overriding the greedy rejection; a prompt
+    whose samples are all right, all flawed or empty keeps its pair. Replies are fixed (the sampler is
+    tested on its own) so that the pairing is what is checked."""
+    import tunix_lite
+    from tunix_lite.evaluation import TaskEval
+    from tunix_lite.preference.dpo import on_policy_pairs
+
+    greedy = ["<answer>5</answer>", "<answer>6</answer>", "<answer>9</answer>"]
+    sampled = ["<answer>3</answer>", "a <answer>4</answer>", "b <answer>4</answer>",  # 2 + 2: wrong, right, right
+               "<answer>7</answer>", "", "c <answer>6</answer>",                        # 3 + 3: wrong, empty, right
+               "<answer>9</answer>", "<answer>11</answer>", "<answer>12</answer>"]       # 5 + 5: none right
+    calls = []
+
+    def completions(self, progress=None, *, num_samples=1, temperature=0.0, seed=0):
+        calls.append((num_samples, temperature))
+        return greedy if num_samples == 1 else sampled
+
+    monkeypatch.setattr(TaskEval, "completions", completions)
+    rows = [{"prompt": f"What is {n} + {n}?", "chosen": f"<answer>{2 * n}</answer>", "rejected": "no tag",
+             "answer": str(2 * n)} for n in (2, 3, 5)]
+    model, tokenizer = tunix_lite.load("tiny")
+    pairs, made = on_policy_pairs(model, tokenizer, rows, samples=3, seed=4)
+    assert calls == [(1, 0.0), (3, 1.0)] and made == {"rejected": 1, "sampled": 2}
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [
+        ("a <answer>4</answer>", "<answer>3</answer>"), ("c <answer>6</answer>", "<answer>7</answer>"),
+        ("<answer>10</answer>", "<answer>9</answer>")]
+    calls.clear()
+    pairs, made = on_policy_pairs(model, tokenizer, rows, greedy=False, samples=3)
+    assert calls == [(3, 1.0)] and made == {"rejected": 0, "sampled": 2} and pairs[2] == rows[2]
 
 
 SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_accuracy=4, max_new_tokens=24,
@@ -275,8 +331,13 @@ SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_ac
 def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
     out = tmp_path / "run"
     path = tmp_path / "dpo.yaml"
-    path.write_text(yaml.safe_dump(SMALL_RUN | {"output_dir": str(out)}))
+    # on-policy pairs too: the starting model answers each training prompt greedily and twice at temperature 1
+    on_policy = {"on_policy_rejected": True, "on_policy_samples": 2}
+    path.write_text(yaml.safe_dump(SMALL_RUN | on_policy | {"output_dir": str(out)}))
     assert main(["train", "--config", str(path)]) == 0
+    said = capsys.readouterr().out
+    assert " of 12 pairs are now two of the model's own replies (accepted, refused) from 2 samples" in said, said
+    assert " of 12 pairs now reject the model's own flawed greedy answer" in said, said
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 and {"rewards/margins", "rewards/accuracies", "logps/chosen", "kl"} <= set(lines[0])
     scores = json.loads((out / "scores.json").read_text())

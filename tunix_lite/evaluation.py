@@ -113,14 +113,18 @@ class TaskEval:
         self.model, self.reward_fn = model, reward_fn
         self.sampler = Sampler(model, tokenizer)
 
-    def completions(self, progress=None) -> list[str]:
-        """One greedy reply per record; `progress`
-        (a tqdm bar or None) counts the prompts answered."""
+    def completions(self, progress=None, *, num_samples: int = 1, temperature: float = 0.0,
+                    seed: int = 0) -> list[str]:
+        """num_samples replies per record (record r's are rows r*num_samples ... + num_samples-1),
+        greedy unless a temperature is given; `progress` (a tqdm bar or None) counts the prompts
+        answered."""
         texts = []
         for start in range(0, len(self.prompts), self.batch_size):
             chunk = self.prompts[start:start + self.batch_size]
             padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
-            texts += self.sampler.generate(padded, self.max_new_tokens).texts[:len(chunk)]
+            out = self.sampler.generate(padded, self.max_new_tokens, num_samples=num_samples,
+                                        temperature=temperature, seed=seed + start)
+            texts += out.texts[:len(chunk) * num_samples]
             if progress is not None:
                 progress.update(len(chunk))
         return texts

@@ -65,9 +65,13 @@ class DPOConfig(PairConfig):
     on_policy_rejected: bool = option(False, "replace each training pair's rejected side by the "
                                              "starting model's own greedy answer where that answer "
                                              "is flawed (needs an answer column)")
+    on_policy_samples: int = option(0, "sample this many replies per training prompt from the "
+                                       "starting model (temperature 1); where the answer check "
+                                       "accepts one and refuses another, the pair becomes those "
+                                       "two, both the model's own (0: off)", ge=0)
     on_policy_domains: list[str] | None = option(
-        None, "with on_policy_rejected: only pairs of these domains (a domain column) take the "
-              "model's own answer; the rest keep their own rejected side (null: every pair)")
+        None, "with on_policy_rejected or on_policy_samples: only pairs of these domains (a domain "
+              "column) take the model's own replies; the rest keep theirs (null: every pair)")
     reference: Literal["precomputed", "online"] = option(
         "precomputed", "reference log-probs computed once before training (a batch extra) or in "
                        "every step")
@@ -96,13 +100,18 @@ class DPOConfig(PairConfig):
         if self.loss_type != "dpop" and self.dpop_lambda != 50.0:
             raise ConfigError(f"dpop_lambda: {self.dpop_lambda} has no effect with loss_type "
                               f"{self.loss_type!r}; remove it or use loss_type: dpop")
-        if self.on_policy_rejected and self.loss_type == "kto":
-            raise ConfigError("on_policy_rejected: builds pairs; KTO's unpaired examples have no "
-                              "rejected side")
-        if (self.on_policy_domains is not None
-                and not (self.on_policy_rejected and self.on_policy_domains)):
+        for key in ("on_policy_rejected", "on_policy_samples"):
+            if getattr(self, key) and self.loss_type == "kto":
+                raise ConfigError(f"{key}: builds pairs; KTO's unpaired examples have no "
+                                  "rejected side")
+        if self.on_policy_samples == 1:
+            raise ConfigError("on_policy_samples: 1 reply cannot be both accepted and refused; "
+                              "use 0 (off) or at least 2")
+        on_policy = self.on_policy_rejected or self.on_policy_samples
+        if self.on_policy_domains is not None and not (on_policy and self.on_policy_domains):
             raise ConfigError(f"on_policy_domains: {self.on_policy_domains} needs "
-                              "on_policy_rejected: true and at least one domain")
+                              "on_policy_rejected: true or on_policy_samples, and at least one "
+                              "domain")
         if self.loss_type == "robust" and not self.label_smoothing:
             raise ConfigError("label_smoothing: the robust loss needs the flip probability, e.g. "
                               "0.1 (0 is plain DPO)")
@@ -211,44 +220,66 @@ class PreferenceLoss:
 # ----------------------------------------------------------------------------- data and the driver
 
 
-def on_policy_pairs(model, tokenizer, records, *, domains: Sequence[str] | None = None,
-                    template: str | None = None, max_new_tokens: int | None = None,
-                    batch_size: int = 64) -> tuple[list[dict], int]:
-    """Pairs whose rejected side is the model's own mistake: each record's prompt is answered
-    greedily by `model`, and where that answer is flawed (a wrong, untagged or unclosed answer) it
-    replaces the record's rejected completion; elsewhere the record keeps its own. On-policy
-    negatives push down what the model actually says rather than a synthetic flaw it may never make
-    (Tajwar et al. 2024, "Preference fine-tuning of LLMs should leverage suboptimal, on-policy
-    data"). `domains`: only records of these domains are answered. Where the model only guesses (the
-    tiny model's arithmetic and sequences: pass@8 at chance), its own wrong answer differs from the
-    chosen one in the reasoning too, so the pair pushes down reasoning tokens at random; a synthetic
-    flaw differs in the answer alone, and DPO's shared-prefix terms cancel. records: {"prompt"
-    (text), "chosen", "rejected", "answer"} (+ "domain"). Returns (pairs, how many replaced)."""
+def on_policy_pairs(model, tokenizer, records, *, greedy: bool = True, samples: int = 0,
+                    domains: Sequence[str] | None = None, template: str | None = None,
+                    max_new_tokens: int | None = None, batch_size: int = 64,
+                    seed: int = 0) -> tuple[list[dict], dict[str, int]]:
+    """Pairs made of the model's own replies. On-policy pairs push down (and up) what the model
+    actually says rather than a synthetic flaw it may never make (Tajwar et al. 2024, "Preference
+    fine-tuning of LLMs should leverage suboptimal, on-policy data").
+
+    greedy: each record's prompt is answered greedily, and where that answer is flawed (a wrong,
+    untagged or unclosed answer) it replaces the record's rejected completion.
+    samples: each prompt also gets this many replies at temperature 1; where the answer check
+    accepts one and refuses another, the pair becomes (the first accepted, the first refused): both
+    sides the model's own, so the pair differs where the model's choices differ. This overrides the
+    greedy replacement. Elsewhere a record keeps its own pair.
+
+    Where the model only guesses (the tiny model's arithmetic and sequences: pass@8 at chance), its
+    own wrong answer differs from the chosen one in the reasoning too, so the pair pushes down
+    reasoning tokens at random; a synthetic flaw differs in the answer alone, and DPO's
+    shared-prefix terms cancel. `domains`: only records of these domains are answered.
+    records: {"prompt" (text), "chosen", "rejected", "answer"} (+ "domain"). Returns (pairs,
+    {"rejected": pairs whose rejected side is the greedy answer, "sampled": pairs of two samples}).
+    """
     from tunix_lite.evaluation import TaskEval
 
     rows = list(records)
     if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
-        raise ConfigError("on_policy_rejected: needs records with a text prompt and an answer "
-                          "column to judge the "
-                          "model's answers (the synthetic pairs have them)")
+        raise ConfigError("on_policy_rejected / on_policy_samples: need records with a text prompt "
+                          "and an answer column to judge the model's replies (the synthetic pairs "
+                          "have them)")
     if domains is not None and "domain" not in rows[0]:
         raise ConfigError("on_policy_domains: the pairs have no domain column; remove the key")
     answered = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
     if not answered:
         raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the "
-                          "pairs' domains are "
-                          f"{sorted({r['domain'] for r in rows})}")
+                          f"pairs' domains are {sorted({r['domain'] for r in rows})}")
     task = TaskEval(model, tokenizer, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"],
                                         "completion": rows[i]["chosen"]} for i in answered],
                     template=template, max_new_tokens=max_new_tokens,
                     batch_size=min(batch_size, len(answered)))
-    pairs, replaced = list(rows), 0
-    for i, text in zip(answered, task.completions(), strict=True):
-        row = rows[i]
-        if (bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct"
-                and text != row["chosen"]):
-            pairs[i], replaced = row | {"rejected": text}, replaced + 1
-    return pairs, replaced
+    pairs, kind = list(rows), {}
+    if greedy:
+        for i, text in zip(answered, task.completions(), strict=True):
+            row = rows[i]
+            if (bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct"
+                    and text != row["chosen"]):
+                pairs[i], kind[i] = row | {"rejected": text}, "rejected"
+    if samples:
+        texts = task.completions(num_samples=samples, temperature=1.0, seed=seed)
+        for n, i in enumerate(answered):
+            replies = texts[n * samples:(n + 1) * samples]
+            right = [answer_flaw(t, rows[i]["answer"]) == "correct" for t in replies]
+            accepted = [t for t, ok in zip(replies, right) if ok]
+            refused = [t for t, ok in zip(replies, right) if not ok and t.strip()]
+            if accepted and refused:
+                pairs[i] = rows[i] | {"chosen": accepted[0], "rejected": refused[0]}
+                kind[i] = "sampled"
+    counts = {"rejected": 0, "sampled": 0}
+    for how in kind.values():
+        counts[how] += 1
+    return pairs, counts
 
 
 def _check_model_path(config: DPOConfig) -> None:
@@ -268,13 +299,19 @@ def run_dpo(config: DPOConfig, *, verbose: bool = True) -> RunResult:
     run = Run(config, verbose=verbose)  # checks output_dir (and a resume) before any compute
     model, tokenizer = build_model(config)
     train, validation = load_data(config, synthetic_pairs)
-    if config.on_policy_rejected:
+    if config.on_policy_rejected or config.on_policy_samples:
         run.say(f"answering {len(train)} training prompts with the starting model "
-                "(on-policy rejected answers)...")
-        train, replaced = on_policy_pairs(model, tokenizer, train, domains=config.on_policy_domains,
-                                          template=config.template,
-                                          max_new_tokens=config.max_new_tokens)
-        run.say(f"{replaced} of {len(train)} pairs now reject the model's own flawed answer")
+                "(on-policy pairs)...")
+        train, made = on_policy_pairs(model, tokenizer, train, greedy=config.on_policy_rejected,
+                                      samples=config.on_policy_samples,
+                                      domains=config.on_policy_domains, template=config.template,
+                                      max_new_tokens=config.max_new_tokens, seed=config.seed)
+        if config.on_policy_samples:
+            run.say(f"{made['sampled']} of {len(train)} pairs are now two of the model's own "
+                    f"replies (accepted, refused) from {config.on_policy_samples} samples")
+        if config.on_policy_rejected:
+            run.say(f"{made['rejected']} of {len(train)} pairs now reject the model's own flawed "
+                    "greedy answer")
     synthetic = config.train_data == "synthetic"
     kto = config.loss_type == "kto"
     train_source = "synthetic train pairs" if synthetic else config.train_data
