@@ -15,7 +15,7 @@ from tunix_lite.cli import main
 from tunix_lite.data.rollouts import rollout_rows
 from tunix_lite.data.synthetic import make_splits, reward_exact_match, reward_format
 from tunix_lite.loading import ASSETS
-from tunix_lite.models import Transformer
+from tunix_lite.models import Transformer, set_training_options
 from tunix_lite.rl.engine import SamplerEngine
 from tunix_lite.rl.grpo import GRPOConfig, grpo_rows, loss_from_config
 from tunix_lite.rl.losses import grpo_loss
@@ -114,6 +114,42 @@ def test_ratio_is_one_at_the_first_inner_iteration_and_kl_is_zero_against_itself
     w = rows["weights"] > 0
     np.testing.assert_allclose(old_log_probs(policy, rows)[w], groups.output.logprobs[groups.output.mask > 0],
                                atol=1e-4)
+
+
+@pytest.mark.parametrize("aggregation, logits_chunk", [("token-mean", None),
+                                                       ("sequence-mean-token-mean", 16),
+                                                       ("sequence-mean-token-sum-norm", None)])
+def test_scoring_only_the_completions_changes_neither_loss_nor_gradient(tokenizer, records,
+                                                                        aggregation, logits_chunk):
+    """completion_tokens gathers each row's completion before the lm head: rows of prompts of
+    different lengths, a ratio away from 1 (clipped in places) and a KL term give the same loss,
+    metrics and gradient as scoring every position."""
+    policy = small_policy(tokenizer)
+    set_training_options(policy, logits_chunk=logits_chunk)
+    prompts = Prompts.build(records[:4], tokenizer, max_tokens=96)
+    engine = SamplerEngine(policy, tokenizer, prompt_len=prompts.length)
+    groups = sample_groups(engine, prompts, range(4), Rewards({"parity": first_token_parity}),
+                           group_size=3, max_new_tokens=8, row_len=prompts.length + 7, seed=0)
+    assert len(set(groups.output.prompt_lengths.tolist())) > 1
+    rows = groups.rows(padding_id(tokenizer)) | {"advantages": groups.rewards - 0.5}
+    noise = np.random.default_rng(0).normal(0, 0.3, rows["weights"].shape).astype(np.float32)
+    rows["old_logprobs"] = old_log_probs(policy, rows) + noise
+    options = dict(beta=0.1, aggregation=aggregation, max_tokens=8)
+    reference = reference_policy(policy)
+
+    def loss_and_grad(completion_tokens):
+        def loss(p):
+            return grpo_loss(p, rows, reference, completion_tokens=completion_tokens, **options)
+        return nnx.value_and_grad(loss, has_aux=True)(policy)
+
+    (loss_all, metrics_all), grad_all = loss_and_grad(None)
+    (loss_span, metrics_span), grad_span = loss_and_grad(8)
+    assert 0 < float(metrics_all["clipped"]) < 1
+    np.testing.assert_allclose(loss_span, loss_all, rtol=1e-5, atol=1e-7)
+    for key in metrics_all:
+        np.testing.assert_allclose(metrics_span[key], metrics_all[key], rtol=1e-5, atol=1e-7)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7),
+                 nnx.state(grad_span), nnx.state(grad_all))
 
 
 def test_ppo_reads_log_probs_and_values_from_one_trunk_and_trains_only_the_head_on_values(tokenizer, records):

@@ -88,7 +88,8 @@ def loss_from_config(config: GRPOConfig):
     return functools.partial(grpo_loss, epsilon_low=config.epsilon_low,
                              epsilon_high=config.epsilon_high, beta=config.beta,
                              kl_estimator=config.kl_estimator, aggregation=config.aggregation,
-                             ratio_level=config.ratio_level, max_tokens=config.max_new_tokens)
+                             ratio_level=config.ratio_level, max_tokens=config.max_new_tokens,
+                             completion_tokens=config.max_new_tokens)
 
 
 def grpo_rows(config: GRPOConfig, model, pad_id: int, weights: Mapping[str, float]):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tunix_lite.training.losses import sequence_log_probs
+from tunix_lite.training.losses import feature_log_probs
 from tunix_lite.training.trainer import COUNT
 
 # ----------------------------------------------------------------------------- the surrogate
@@ -189,16 +189,45 @@ def grpo_objective(logp, old_logp, reference_logp, advantages, mask, *, epsilon_
     return loss, {"loss": loss, COUNT: count} | metrics
 
 
-def grpo_loss(model, batch: dict, frozen, **options):
+def completion_span(mask: jax.Array, length: int) -> tuple[jax.Array, jax.Array]:
+    """(index [B, length], valid [B, length]) of each row's completion, for rows whose weighted
+    positions are one run of at most `length` (a single-turn rollout row: prompt, then completion):
+    the run starts at the row's first weighted position; `valid` is False past the row's end."""
+    index = jnp.argmax(mask > 0, axis=1)[:, None] + jnp.arange(length)
+    valid = index < mask.shape[1]
+    return jnp.minimum(index, mask.shape[1] - 1), valid
+
+
+def grpo_loss(model, batch: dict, frozen, *, completion_tokens: int | None = None, **options):
     """`grpo_objective` on rollout rows {inputs, targets, weights, positions, segment_ids [B, T],
     advantages [B][, old_logprobs [B, T]]} (`weights` = the completion mask); frozen: the reference
     policy (None when beta = 0). Without old_logprobs the ratio is exp(logp - stop_gradient(logp))
-    = 1: one optimizer step per rollout."""
-    logp = sequence_log_probs(model, batch)
-    old = batch["old_logprobs"] if "old_logprobs" in batch else jax.lax.stop_gradient(logp)
-    reference = (jax.lax.stop_gradient(sequence_log_probs(frozen, batch)) if options.get("beta")
-                 else None)
-    return grpo_objective(logp, old, reference, batch["advantages"], batch["weights"], **options)
+    = 1: one optimizer step per rollout.
+
+    completion_tokens: the completion budget N when each row's completion is one run of at most N
+    positions (GRPO's single-turn rows). The network still reads all T positions, but the lm head,
+    the step's largest matmul, then scores only each row's N completion positions ([B, N], gathered
+    by `completion_span`) instead of all T. None scores every position (the agent's turns)."""
+    if completion_tokens is not None:
+        index, valid = completion_span(batch["weights"], completion_tokens)
+
+    def gather(x):  # [B, T, ...] -> [B, N, ...]: each row's completion positions
+        if completion_tokens is None:
+            return x
+        return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+
+    mask = gather(batch["weights"]) * (1.0 if completion_tokens is None else valid)
+
+    def log_probs(policy):  # [B, N] (or [B, T])
+        features = policy.features(batch["inputs"], batch["positions"],
+                                   segment_ids=batch.get("segment_ids"))
+        return feature_log_probs(policy, gather(features), gather(batch["targets"]))
+
+    logp = log_probs(model)
+    old = (gather(batch["old_logprobs"]) if "old_logprobs" in batch
+           else jax.lax.stop_gradient(logp))
+    reference = jax.lax.stop_gradient(log_probs(frozen)) if options.get("beta") else None
+    return grpo_objective(logp, old, reference, batch["advantages"], mask, **options)
 
 
 # ----------------------------------------------------------------------------- the critic (PPO)
