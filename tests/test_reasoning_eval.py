@@ -75,3 +75,23 @@ def test_stage_table_has_a_row_per_stage_and_a_column_per_domain():
                         "sort |")
     assert lines[2] == "| base | 0.50 | 0.40 | 0.70 | 0.55 | 1.00 | 0.25 | 31.0 | - | 0.75 |"
     assert lines[3].startswith("| sft | 0.90 |") and table["sft"]["accuracy/count"] == 1.0
+
+
+def test_stage_table_gives_intervals_and_each_stage_s_paired_change():
+    """With n and per-prompt verdicts: greedy accuracy with its Wilson interval, and the change from
+    the stage above with the paired interval (hand-computed: 20 of 200 prompts flip to right)."""
+    summary = {"n": 200, "accuracy": 0.5, "format": 1.0, "reasoning": 1.0, "length": 30.0,
+               "pass@1": 0.4, "pass@4": 0.7, "maj@4": 0.55}
+    base_right = [1] * 100 + [0] * 100
+    sft_right = [1] * 120 + [0] * 80
+    reports = {"base": ReasoningReport(summary, {}, [], 1.0, base_right),
+               "sft": ReasoningReport(summary | {"accuracy": 0.6}, {}, [], 1.0, sft_right)}
+    markdown, table = stage_table(reports)
+    lines = markdown.splitlines()
+    assert lines[0].startswith("| stage | greedy acc [95% CI] | vs previous [95% CI] | pass@1 |")
+    # Wilson: 100/200 -> [0.4314, 0.5686]; 120/200 -> [0.5308, 0.6654]
+    assert lines[2].startswith("| base | 0.50 [0.43, 0.57] | - | 0.40 |")
+    # paired: d = 1 on 20 prompts, 0 on 180: 0.10 +- 1.96 * sqrt(0.1 * 0.9 * 200 / 199 / 200)
+    assert lines[3].startswith("| sft | 0.60 [0.53, 0.67] | +0.10 [+0.06, +0.14] | 0.40 |")
+    np.testing.assert_allclose(table["sft"]["vs_previous"], [0.1, 0.05832, 0.14168], atol=1e-5)
+    assert ReasoningReport.from_json(reports["sft"].to_json()).greedy_right == sft_right

@@ -59,6 +59,19 @@ def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, center - half), min(1.0, center + half)
 
 
+def paired_difference(before: Sequence[float], after: Sequence[float],
+                      z: float = 1.96) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of after - before over the same prompts, with a 95% normal
+    interval on the paired differences. Pairing removes what the two share (which prompts are
+    hard), so a change between two stages is judged far more tightly than by comparing their two
+    Wilson intervals. With every pair equal the interval is the point itself."""
+    d = np.asarray(after, np.float64) - np.asarray(before, np.float64)
+    if d.size < 2:
+        return float(d.mean()) if d.size else 0.0, -1.0, 1.0
+    half = z * d.std(ddof=1) / math.sqrt(d.size)
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
 def reward_for(records: Sequence[Mapping]):
     """The reward that judges these records, as training would: each reasoning-gym task's own scorer
     for records carrying an `entry` column, exact match of the tagged answer for everything else."""

@@ -131,15 +131,18 @@ class ReasoningReport:
     scaling: dict[int, dict[str, float]]  # N -> pass, best_of, majority, tokens, flops (per prompt)
     examples: list[dict]  # the first few greedy transcripts
     seconds: float
+    greedy_right: list[int] = dataclasses.field(default_factory=list)  # 1 / 0 per prompt, in order
 
     def to_json(self) -> dict:
         return {"summary": self.summary, "scaling": {str(k): v for k, v in self.scaling.items()},
-                "examples": self.examples, "seconds": self.seconds}
+                "examples": self.examples, "seconds": self.seconds,
+                "greedy_right": self.greedy_right}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ReasoningReport:
         return cls(dict(data["summary"]), {int(k): v for k, v in data["scaling"].items()},
-                   list(data["examples"]), float(data["seconds"]))
+                   list(data["examples"]), float(data["seconds"]),
+                   list(data.get("greedy_right", [])))
 
 
 def _params(model) -> int:
@@ -182,8 +185,8 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
     """Greedy and sampled answers of `model` to `records`
     ({"prompt", "answer"[, "domain", "completion"]}).
 
-    summary: accuracy (greedy, scored right by `reward_fn`, the training reward: exact match by
-    default), format (the tagged answer ends the reply), reasoning (a closed, non-empty <reasoning>
+    summary: n (prompts), accuracy (greedy, scored right by `reward_fn`, the training reward: exact
+    match by default; each prompt's verdict is in `greedy_right`), format (the tagged answer ends the reply), reasoning (a closed, non-empty <reasoning>
     block: the reasoning-marker rate), length (greedy reply tokens), accuracy/<domain>; then over
     the samples: pass@k and maj@k for each k in `scaling` up to `samples`, sampled_format,
     sampled_length.
@@ -198,8 +201,9 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
     ks = sorted(k for k in set(scaling) | {1, samples} if k <= samples)
     greedy = TaskEval(model, tokenizer, records, template=template, max_new_tokens=max_new_tokens,
                       batch_size=batch_size, reward_fn=reward_fn)
-    summary = greedy()
+    summary = greedy() | {"n": len(records)}
     texts = greedy.last_texts
+    greedy_right = [int(v >= RIGHT) for v in greedy.last_scores]
     summary["reasoning"] = float(np.mean([has_reasoning(t) for t in texts]))
     summary["length"] = float(np.mean([len(tokenizer.encode(t)) for t in texts]))
 
@@ -227,7 +231,8 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
         summary[f"pass@{k}"], summary[f"maj@{k}"] = pass_k, maj_k
     examples = [{"prompt": r["prompt"], "answer": r["answer"], "greedy": t}
                 for r, t in zip(records[:4], texts)]
-    return ReasoningReport(summary, scaling_out, examples, time.perf_counter() - start)
+    return ReasoningReport(summary, scaling_out, examples, time.perf_counter() - start,
+                           greedy_right)
 
 
 def _default_scores(completions: Sequence[str]) -> np.ndarray:
@@ -246,9 +251,16 @@ _COLUMNS = (("accuracy", "greedy acc"), ("format", "format"), ("reasoning", "rea
 
 
 def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
-    """(markdown, json) of the per-stage held-out figures: one row per stage, in the order given."""
+    """(markdown, json) of the per-stage held-out figures: one row per stage, in the order given.
+
+    Where the reports count their prompts (summary["n"]), greedy accuracy carries its 95% Wilson
+    interval, and "vs previous" is the change from the row above on the same prompts, with the
+    paired interval (`paired_difference`): a stage helped or hurt only where that interval
+    excludes 0."""
     if not reports:
         return "(no evaluations yet)\n", {}
+    table = {stage: dict(r.summary) for stage, r in reports.items()}
+    _add_intervals(reports, table)
     first = next(iter(reports.values())).summary
     ks = sorted(int(k.split("@")[1]) for k in first if k.startswith("pass@"))
     if ks:
@@ -256,22 +268,44 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
                    (f"maj@{ks[-1]}", f"maj@{ks[-1]}")]
         domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
                           if k.startswith("accuracy/")})
-        columns = (list(_COLUMNS[:1]) + sampled + list(_COLUMNS[1:])
+        greedy = ([("accuracy", "greedy acc [95% CI]"), ("vs_previous", "vs previous [95% CI]")]
+                  if "n" in first else list(_COLUMNS[:1]))
+        columns = (greedy + sampled + list(_COLUMNS[1:])
                    + [(f"accuracy/{d}", d) for d in domains])
     else:  # another evaluation's figures (e.g. the agent's with / without the tool), as they come
         columns = [(key, key) for key in first]
     lines = ["| stage | " + " | ".join(title for _, title in columns) + " |",
              "|---" * (len(columns) + 1) + "|"]
-    for stage, report in reports.items():
-        cells = [_cell(key, report.summary.get(key)) for key, _ in columns]
+    for stage, row in table.items():
+        cells = [_cell(key, row) for key, _ in columns]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
-    table = {stage: r.summary for stage, r in reports.items()}
     return "\n".join(lines) + "\n", table
 
 
-def _cell(key: str, value) -> str:
+def _add_intervals(reports: Mapping[str, ReasoningReport], table: dict) -> None:
+    """table[stage]["ci95"] (Wilson, of greedy accuracy) and ["vs_previous"] ([change, lo, hi]
+    against the stage before, paired over the same prompts), where the reports allow them."""
+    from tunix_lite.evaluation import paired_difference, wilson
+
+    previous = None
+    for stage, report in reports.items():
+        n = int(report.summary.get("n", 0))
+        if n and "accuracy" in report.summary:
+            table[stage]["ci95"] = list(wilson(report.summary["accuracy"] * n, n))
+        right = report.greedy_right
+        if previous is not None and right and len(right) == len(previous):
+            table[stage]["vs_previous"] = list(paired_difference(previous, right))
+        previous = right or None
+
+
+def _cell(key: str, row: Mapping) -> str:
+    value = row.get(key)
     if value is None:
         return "-"
+    if key == "accuracy" and "ci95" in row:
+        return f"{value:.2f} [{row['ci95'][0]:.2f}, {row['ci95'][1]:.2f}]"
+    if key == "vs_previous":
+        return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]"
     return f"{value:.1f}" if key == "length" else f"{value:.2f}"
 
 
@@ -353,8 +387,8 @@ def write_report(reports: Mapping[str, ReasoningReport], directory: str | Path) 
     markdown, table = stage_table(reports)
     (directory / "table.md").write_text(markdown, encoding="utf-8")
     (directory / "table.json").write_text(json.dumps(
-        {stage: {"summary": table[stage], "scaling": {str(k): v for k, v in r.scaling.items()}}
-         for stage, r in reports.items()}, indent=1) + "\n", encoding="utf-8")
+        {stage: {"summary": table[stage], "scaling": {str(k): v for k, v in r.scaling.items()},
+                 "greedy_right": r.greedy_right} for stage, r in reports.items()}, indent=1) + "\n", encoding="utf-8")
     (directory / "scaling.md").write_text(scaling_table(reports), encoding="utf-8")
     plot_stages(reports).savefig(directory / "stages.png", dpi=110)
     plot_scaling(reports).savefig(directory / "scaling.png", dpi=110)

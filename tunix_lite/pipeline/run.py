@@ -231,8 +231,8 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
     cached = read_json(path)
     spec = pipeline.evaluation
     key = {"model": marker["id"], "evaluation": dataclasses.asdict(spec)}
-    if cached is not None and cached.get("key") == key:
-        return ReasoningReport.from_json(cached)
+    if cached is not None and cached.get("key") == key and "greedy_right" in cached:
+        return ReasoningReport.from_json(cached)  # (one without per-prompt verdicts is redone)
     model, tokenizer = load(marker["model_dir"])
     model.eval()
     records = _test_records(pipeline)
