@@ -186,10 +186,10 @@ def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples:
     ({"prompt", "answer"[, "domain", "completion"]}).
 
     summary: n (prompts), accuracy (greedy, scored right by `reward_fn`, the training reward: exact
-    match by default; each prompt's verdict is in `greedy_right`), format (the tagged answer ends the reply), reasoning (a closed, non-empty <reasoning>
-    block: the reasoning-marker rate), length (greedy reply tokens), accuracy/<domain>; then over
-    the samples: pass@k and maj@k for each k in `scaling` up to `samples`, sampled_format,
-    sampled_length.
+    match by default; each prompt's verdict is in `greedy_right`), format (the tagged answer ends
+    the reply), reasoning (a closed, non-empty <reasoning> block: the reasoning-marker rate), length
+    (greedy reply tokens), accuracy/<domain>; then over the samples: pass@k and maj@k for each k
+    in `scaling` up to `samples`, sampled_format, sampled_length.
     score_fn(completions) -> scores for best-of-N (default: `check_steps` in the verifier pool plus
     the format).
     """
@@ -388,7 +388,8 @@ def write_report(reports: Mapping[str, ReasoningReport], directory: str | Path) 
     (directory / "table.md").write_text(markdown, encoding="utf-8")
     (directory / "table.json").write_text(json.dumps(
         {stage: {"summary": table[stage], "scaling": {str(k): v for k, v in r.scaling.items()},
-                 "greedy_right": r.greedy_right} for stage, r in reports.items()}, indent=1) + "\n", encoding="utf-8")
+                 "greedy_right": r.greedy_right} for stage, r in reports.items()},
+        indent=1) + "\n", encoding="utf-8")
     (directory / "scaling.md").write_text(scaling_table(reports), encoding="utf-8")
     plot_stages(reports).savefig(directory / "stages.png", dpi=110)
     plot_scaling(reports).savefig(directory / "scaling.png", dpi=110)
