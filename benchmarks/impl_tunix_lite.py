@@ -308,7 +308,8 @@ def run_grpo(name: str, w: dict, steps: int, warmup: int) -> dict:
     o = common.OPTIMIZER
     tx = optax.adamw(w["lr"], b1=o["b1"], b2=o["b2"], eps=o["eps"], weight_decay=o["weight_decay"])
     loss = functools.partial(grpo_loss, epsilon_low=w["epsilon"], epsilon_high=w["epsilon"], beta=w["beta"],
-                             kl_estimator="k3", aggregation="sequence-mean-token-mean")
+                             kl_estimator="k3", aggregation="sequence-mean-token-mean",
+                             completion_tokens=w["completion"])  # as rl/grpo.py: head on completions
     trainer = Trainer(model, tx, loss, frozen=reference)
     P, N, G = w["prompt"], w["completion"], w["group"]
     prompts = common.grpo_prompts(model.config.vocab_size, w["prompts"], P)

@@ -322,9 +322,11 @@ def scaling_table(reports: Mapping[str, ReasoningReport]) -> str:
 
 
 def plot_stages(reports: Mapping[str, ReasoningReport]):
-    """Bar chart: greedy accuracy per domain (and overall),
-    one bar group per stage. Returns a Figure."""
+    """Bar chart: greedy accuracy per domain (and overall, with its 95% Wilson interval where the
+    reports count their prompts), one bar group per stage. Returns a Figure."""
     from matplotlib.figure import Figure
+
+    from tunix_lite.evaluation import wilson
 
     domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
                       if k.startswith("accuracy/")})
@@ -337,8 +339,12 @@ def plot_stages(reports: Mapping[str, ReasoningReport]):
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(reports))
     for i, (stage, report) in enumerate(reports.items()):
-        ax.bar(np.arange(len(keys)) + i * width, [report.summary.get(k, 0.0) for k in keys], width,
-               label=stage)
+        heights = [report.summary.get(k, 0.0) for k in keys]
+        ax.bar(np.arange(len(keys)) + i * width, heights, width, label=stage)
+        if keys[0] == "accuracy" and report.summary.get("n"):
+            lo, hi = wilson(heights[0] * report.summary["n"], int(report.summary["n"]))
+            ax.errorbar(i * width, heights[0], yerr=[[heights[0] - lo], [hi - heights[0]]],
+                        fmt="none", ecolor="black", capsize=3)
     ax.set_xticks(np.arange(len(keys)) + width * (len(reports) - 1) / 2, labels, rotation=20)
     ax.set_ylabel("held-out (greedy)")
     ax.set_ylim(0, 1)
