@@ -152,9 +152,12 @@ print(f"finished={result.finished} in {time.perf_counter() - start:.0f} s; outpu
 # %% [markdown]
 # ## 3. Did the reasoning improve?
 #
-# One row per model, measured on the same held-out prompts: greedy accuracy, pass@1 and pass@k over k samples,
-# maj@k (the majority answer of k samples), the format rate (the tagged answer ends the reply), the
-# reasoning-marker rate (a closed `<reasoning>` block) and the reply length in tokens, then accuracy per domain.
+# One row per model, measured on the same held-out prompts: greedy accuracy with its 95% interval, its change
+# from the row above (paired prompt by prompt, with its own interval: a stage helped or hurt only where that
+# interval excludes 0), pass@1 and pass@k over k samples, maj@k (the majority answer of k samples), the format
+# rate (the tagged answer ends the reply), the reasoning-marker rate (a closed `<reasoning>` block) and the reply
+# length in tokens, then accuracy per domain. The `ci` profile scores a handful of prompts, so its intervals are
+# wide: that width is the lesson, not a flaw.
 
 # %%
 display(Markdown(result.table))

@@ -42,6 +42,17 @@ def test_profile_step_lists_where_the_step_goes(subprocess_env):
     assert len(top.splitlines()) == 6 and "sft_full" in head
 
 
+@pytest.mark.slow
+def test_completion_scoring_times_both_heads_on_the_same_loss(subprocess_env):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "completion_scoring.py"), "--model",
+                           "llama_half", "--rows", "4", "--prompt", "16", "--completion", "8", "--reps", "1"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    every, only, speed = proc.stdout.strip().splitlines()[1:]
+    assert every.split("loss ")[1] == only.split("loss ")[1]  # the same loss, either head
+    assert float(speed.split("speed-up ")[1].rstrip("x")) > 0
+
+
 def _common():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import common

@@ -79,7 +79,7 @@ def test_stage_table_has_a_row_per_stage_and_a_column_per_domain():
 
 def test_stage_table_gives_intervals_and_each_stage_s_paired_change():
     """With n and per-prompt verdicts: greedy accuracy with its Wilson interval, and the change from
-    the stage above with the paired interval (hand-computed: 20 of 200 prompts flip to right)."""
+    the stage above with the paired interval (hand-computed)."""
     summary = {"n": 200, "accuracy": 0.5, "format": 1.0, "reasoning": 1.0, "length": 30.0,
                "pass@1": 0.4, "pass@4": 0.7, "maj@4": 0.55}
     base_right = [1] * 100 + [0] * 100
@@ -91,7 +91,10 @@ def test_stage_table_gives_intervals_and_each_stage_s_paired_change():
     assert lines[0].startswith("| stage | greedy acc [95% CI] | vs previous [95% CI] | pass@1 |")
     # Wilson: 100/200 -> [0.4314, 0.5686]; 120/200 -> [0.5308, 0.6654]
     assert lines[2].startswith("| base | 0.50 [0.43, 0.57] | - | 0.40 |")
-    # paired: d = 1 on 20 prompts, 0 on 180: 0.10 +- 1.96 * sqrt(0.1 * 0.9 * 200 / 199 / 200)
+    # paired (Agresti-Min): 20 prompts gained, 0 lost of 200: 20/202 +- 1.96 sqrt(21 - 400/202) / 202
     assert lines[3].startswith("| sft | 0.60 [0.53, 0.67] | +0.10 [+0.06, +0.14] | 0.40 |")
-    np.testing.assert_allclose(table["sft"]["vs_previous"], [0.1, 0.05832, 0.14168], atol=1e-5)
+    np.testing.assert_allclose(table["sft"]["vs_previous"], [0.1, 0.05669, 0.14133], atol=1e-5)
+    # no answer changed: the interval stays open, +- 1.96 / (n + 2)
+    unchanged = {"a": reports["sft"], "b": ReasoningReport(summary | {"accuracy": 0.6}, {}, [], 1.0, sft_right)}
+    np.testing.assert_allclose(stage_table(unchanged)[1]["b"]["vs_previous"], [0, -1.96 / 202, 1.96 / 202])
     assert ReasoningReport.from_json(reports["sft"].to_json()).greedy_right == sft_right
