@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -111,6 +113,20 @@ def test_solutions_pass_and_stubs_fail(solution, exercise, tmp_path, capsys):
     wrong = [(t["test"], t["outcome"], t["message"]) for t in stub["tests"] if t["outcome"] != "not_implemented"]
     assert not wrong, wrong
     assert all(t["message"].startswith(f"Exercise {t['exercise']}:") for t in stub["tests"])
+
+
+def test_the_graded_tests_run_in_process_when_named(subprocess_env):
+    """The instructors' route, `pytest tests/graded --impl ...`: `pytest tests` leaves tests/graded
+    out (the test above grades every solution with those tests), so naming it must still collect it.
+    Phase 8's tests are the quickest; the exercises' stubs fail them."""
+    def graded(impl: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               str(ROOT / "tests" / "graded" / "test_08_scaling.py"), "--impl", impl],
+                              capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=300)
+
+    solved, stubs = graded("solutions"), graded("exercises")
+    assert solved.returncode == 0 and " passed" in solved.stdout, solved.stdout[-2000:]
+    assert stubs.returncode == 1 and " failed" in stubs.stdout, stubs.stdout[-2000:]
 
 
 def test_right_answers_score_full_marks_and_write_gradescope(tiny, tmp_path, capsys):
