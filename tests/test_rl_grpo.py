@@ -140,7 +140,7 @@ def test_scoring_only_the_completions_changes_neither_loss_nor_gradient(tokenize
     def loss_and_grad(completion_tokens):
         def loss(p):
             return grpo_loss(p, rows, reference, completion_tokens=completion_tokens, **options)
-        return nnx.value_and_grad(loss, has_aux=True)(policy)
+        return nnx.jit(nnx.value_and_grad(loss, has_aux=True))(policy)  # one compile, not op by op
 
     (loss_all, metrics_all), grad_all = loss_and_grad(None)
     (loss_span, metrics_span), grad_span = loss_and_grad(8)
@@ -164,11 +164,11 @@ def test_ppo_reads_log_probs_and_values_from_one_trunk_and_trains_only_the_head_
                            row_len=prompts.length + 5)
     rows = groups.rows(padding_id(tokenizer))
     logp, values = policy_and_values(critic, rows)
-    np.testing.assert_allclose(logp, sequence_log_probs(policy, rows), atol=1e-6)
+    np.testing.assert_allclose(logp, nnx.jit(sequence_log_probs)(policy, rows), atol=1e-6)
     np.testing.assert_allclose(values, critic(rows["inputs"], rows["positions"], segment_ids=rows["segment_ids"]),
                                atol=1e-6)
     # the values train the head alone: through the shared trunk the value loss wrecked a LoRA policy (ppo.py)
-    grads = nnx.grad(lambda c: policy_and_values(c, rows)[1].sum())(critic)
+    grads = nnx.jit(nnx.grad(lambda c: policy_and_values(c, rows)[1].sum()))(critic)
     assert float(jnp.abs(grads["head"]["kernel"][...]).sum()) > 0
     assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(grads["backbone"])) == 0.0
     token_rewards = last_token_rewards(np.array([1.0, 2.0, 3.0, 4.0], np.float32), rows["weights"])
