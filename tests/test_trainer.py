@@ -5,6 +5,7 @@ Most tests train `TinyLM` (embed -> dropout -> linear), which compiles in about 
 test uses the real decoder at a 1-layer `small_config`.
 """
 
+import asyncio
 import logging
 
 import jax
@@ -151,6 +152,26 @@ def test_a_passed_deadline_ends_fit_after_one_step_with_a_checkpoint(tmp_path):
     assert checkpoints.steps == [1]  # the end-of-fit checkpoint, off the every-100 cadence
     trainer.fit(batches[1:], 5, checkpoints=checkpoints, deadline=float("inf"))
     assert checkpoints.steps == [1, 6]
+
+
+def test_meta_is_saved_as_it_was_when_save_was_called(tmp_path, monkeypatch):
+    """Orbax writes meta in the background after save returns; the trainer keeps appending to the
+    history it passed. A slow writer (a busy machine) must still store the history of the saved
+    step, or a resumed run numbers its steps from the wrong place."""
+    from orbax.checkpoint._src.handlers import json_checkpoint_handler as handler
+
+    write = handler.JsonCheckpointHandler._save_fn
+
+    async def slow_write(self, x, directory):
+        await asyncio.sleep(0.5)
+        await write(self, x, directory)
+
+    monkeypatch.setattr(handler.JsonCheckpointHandler, "_save_fn", slow_write)
+    checkpoints, history = Checkpoints(tmp_path, every=1), [{"step": 1, "loss": 2.0}]
+    checkpoints.save(1, TinyLM(rngs=nnx.Rngs(0)), meta={"history": history})
+    history[0]["loss"] = 1.0
+    history.append({"step": 2, "loss": 0.5})
+    assert checkpoints.restore(TinyLM(rngs=nnx.Rngs(1)))["history"] == [{"step": 1, "loss": 2.0}]
 
 
 def test_keeps_the_last_k_checkpoints(tmp_path):

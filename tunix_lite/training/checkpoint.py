@@ -20,6 +20,7 @@ reads, and how to resume from it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -221,7 +222,7 @@ class Checkpoints:
             return False
         items = {"model": ocp.args.StandardSave(
                      nnx.to_pure_dict(nnx.state(model, self.state_filter))),
-                 "meta": ocp.args.JsonSave({"step": step} | (meta or {}))}
+                 "meta": ocp.args.JsonSave(_snapshot({"step": step} | (meta or {})))}
         if optimizer is not None:
             items["optimizer"] = ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(optimizer)))
         try:
@@ -321,3 +322,10 @@ class Checkpoints:
         except Exception as e:
             if not self._failed:
                 raise self._error(self._writing, e) from None
+
+
+def _snapshot(meta: dict) -> dict:
+    """A deep copy of `meta` as JSON reads it back. Orbax serializes meta in its background write,
+    after `save` returns, so the live history list the trainer keeps appending to would otherwise
+    reach the file with later steps in it (a resumed run then numbered its steps wrongly)."""
+    return json.loads(json.dumps(meta))
