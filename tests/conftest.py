@@ -52,6 +52,27 @@ def run_mesh_checks():
     return _run_mesh_checks
 
 
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory) -> Path:
+    """A checkpoint directory of a 1-layer model with tiny's architecture and tokenizer (random
+    weights): it compiles and steps several times faster than tiny, for tests of a run's plumbing
+    (files, metrics, resume, errors) rather than of what it learns."""
+    import shutil
+
+    from flax import nnx
+
+    from tunix_lite.loading import ASSETS
+    from tunix_lite.models import Transformer, get_config
+    from tunix_lite.weights.hf import save_hf_model
+
+    path = tmp_path_factory.mktemp("micro")
+    config = get_config("tiny").replace(num_layers=1, embed_dim=64, num_heads=2, head_dim=16,
+                                        mlp_dim=128)
+    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), path)
+    shutil.copy(ASSETS / "tiny" / "tokenizer.model", path)
+    return path
+
+
 def pytest_ignore_collect(collection_path, config):
     """tests/graded runs when named (`pytest tests/graded --impl ...`, the instructors' route). A plain
     `pytest tests` skips it: test_course_grading grades every solution with the same tests through

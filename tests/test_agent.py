@@ -115,7 +115,7 @@ def test_agent_config_refuses_the_reasoning_tasks_held_out_check():
 
 
 @pytest.mark.slow
-def test_cli_agent_trains_on_whole_trajectories(tmp_path, capsys):
+def test_cli_agent_trains_on_whole_trajectories(tmp_path, capsys, micro_model):
     """`tunix-lite train` with `algorithm: agent` runs run_agent itself: rollouts through the calculator, rewards
     and tool rate logged per step, held-out accuracy with and without the tool before and after training."""
     import yaml
@@ -125,7 +125,7 @@ def test_cli_agent_trains_on_whole_trajectories(tmp_path, capsys):
     out = tmp_path / "run"
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(dict(
-        algorithm="agent", model="tiny", n_train=8, n_validation=2, n_test=0, n_eval=2, seq_len=64,
+        algorithm="agent", model=str(micro_model), n_train=8, n_validation=2, n_test=0, n_eval=2, seq_len=64,
         max_new_tokens=8, batch_size=2, group_size=2, steps=2, warmup_steps=0, learning_rate=1e-5,
         checkpoint_every=2, log_every=1, eval_every=0, output_dir=str(out))))
     assert main(["train", "--config", str(path)]) == 0

@@ -227,19 +227,6 @@ def test_empty_assistant_replies_are_counted_in_the_data_report():
 # ----------------------------------------------------------------------------- one real run, then resume cases
 
 
-@pytest.fixture(scope="module")
-def micro(tmp_path_factory) -> Path:
-    """A 1-layer model with tiny's tokenizer and architecture (random weights): seconds to compile."""
-    from tunix_lite.models import Transformer, get_config
-    from tunix_lite.weights.hf import save_hf_model
-
-    path = tmp_path_factory.mktemp("micro")
-    config = get_config("tiny").replace(num_layers=1, embed_dim=64, num_heads=2, head_dim=16, mlp_dim=128)
-    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), path)
-    shutil.copy(ASSETS / "tiny" / "tokenizer.model", path)
-    return path
-
-
 RUN_YAML = """\
 algorithm: sft
 model: {model}
@@ -262,7 +249,7 @@ output_dir: {out}
 
 
 @pytest.fixture(scope="module")
-def finished(micro, tmp_path_factory):
+def finished(micro_model, tmp_path_factory):
     """A finished 3-step LoRA run with dropout (checkpoints 2 and 3, adapters exported), trained through the CLI
     on a JSONL file (one empty reply in it) and validated on a datasets directory."""
     root = tmp_path_factory.mktemp("finished")
@@ -270,7 +257,7 @@ def finished(micro, tmp_path_factory):
     rows.insert(3, {"prompt": "Say nothing.", "completion": ""})
     (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     datasets.Dataset.from_list(rows[:8]).save_to_disk(str(root / "validation"))
-    fields = dict(model=micro, train=root / "train.jsonl", validation=root / "validation")
+    fields = dict(model=micro_model, train=root / "train.jsonl", validation=root / "validation")
     config = root / "run.yaml"
     config.write_text(RUN_YAML.format(out=root / "run", **fields))
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -603,9 +590,9 @@ def test_a_vocabulary_past_the_tokenizers_decodes(tmp_path, capsys):
 
 
 @pytest.mark.slow  # compiles the sampler
-def test_generate_json_keeps_several_prompts_apart(micro, capsys):
+def test_generate_json_keeps_several_prompts_apart(micro_model, capsys):
     prompts = ["first line\nsecond line", "", 'a "quoted" prompt']
-    code, out, _ = cli(capsys, "generate", "--model", micro, "--json", "--max-new-tokens", "4",
+    code, out, _ = cli(capsys, "generate", "--model", micro_model, "--json", "--max-new-tokens", "4",
                        *[arg for p in prompts for arg in ("--prompt", p)])
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
@@ -635,14 +622,14 @@ def grpo_config(tmp_path: Path, model: Path, prompts: list[str], **values) -> Pa
 
 
 def test_grpo_prompts_too_long_name_the_file_and_a_drop_that_leaves_none_is_refused(
-        micro, tmp_path, capsys):
-    config = grpo_config(tmp_path, micro, ["What is 2 + 2?"] + ["word " * 60] * 2)
+        micro_model, tmp_path, capsys):
+    config = grpo_config(tmp_path, micro_model, ["What is 2 + 2?"] + ["word " * 60] * 2)
     code, _, err = cli(capsys, "train", "--config", config)
     assert code == 2 and only_error(err).startswith(
         f"train_data ({tmp_path}/train.jsonl): prompt 1 ('word word ")
     assert only_error(err).endswith("...) is 70 tokens; at most 41 fit before the completion budget. "
                                     "Raise seq_len, lower max_new_tokens, or set truncation: drop")
-    config = grpo_config(tmp_path, micro, ["word " * 60] * 3, truncation="drop")
+    config = grpo_config(tmp_path, micro_model, ["word " * 60] * 3, truncation="drop")
     code, _, err = cli(capsys, "train", "--config", config)
     assert code == 2 and only_error(err) == (
         f"train_data ({tmp_path}/train.jsonl): all 3 prompts are longer than 41 tokens, so "
@@ -650,9 +637,9 @@ def test_grpo_prompts_too_long_name_the_file_and_a_drop_that_leaves_none_is_refu
 
 
 @pytest.mark.slow  # one GRPO step
-def test_grpo_says_how_many_prompts_truncation_drop_dropped(micro, tmp_path, capsys):
+def test_grpo_says_how_many_prompts_truncation_drop_dropped(micro_model, tmp_path, capsys):
     prompts = ["What is 2 + 2?"] * 5 + ["word " * 60] * 2
-    config = grpo_config(tmp_path, micro, prompts, truncation="drop")
+    config = grpo_config(tmp_path, micro_model, prompts, truncation="drop")
     code, out, _ = cli(capsys, "train", "--config", config)
     assert code == 0
     assert "5 prompts (left-padded to 24 tokens; 2 of 7 dropped as longer than 41 tokens, by " \

@@ -54,13 +54,13 @@ def only_error(err: str, command: str) -> str:
     return lines[0].removeprefix(f"tunix-lite {command}: error: ")
 
 
-def test_settings_are_typed_and_saved_in_the_runs_config(config, tmp_path, capsys):
+def test_settings_are_typed_and_saved_in_the_runs_config(config, tmp_path, capsys, micro_model):
     # 3e-4 is a string to YAML 1.1 (no dot): the config's checks make it the number, as in a file
     code, _, err = cli(capsys, "train", "--config", config, "--set", "learning_rate=3e-4",
-                       "--set", "steps=1")
+                       "--set", "steps=1", "--set", f"model={micro_model}")
     assert code == 0, err
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert saved["learning_rate"] == 0.0003 and saved["steps"] == 1
+    assert (saved["learning_rate"], saved["steps"], saved["model"]) == (0.0003, 1, str(micro_model))
 
 
 @pytest.mark.parametrize("setting, message", [

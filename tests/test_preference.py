@@ -328,12 +328,12 @@ SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_ac
 
 
 @pytest.mark.slow
-def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys):
+def test_cli_dpo_writes_outputs_and_names_bad_rows(tmp_path, capsys, micro_model):
     out = tmp_path / "run"
     path = tmp_path / "dpo.yaml"
     # on-policy pairs too: the starting model answers each training prompt greedily and twice at temperature 1
     on_policy = {"on_policy_rejected": True, "on_policy_samples": 2}
-    path.write_text(yaml.safe_dump(SMALL_RUN | on_policy | {"output_dir": str(out)}))
+    path.write_text(yaml.safe_dump(SMALL_RUN | on_policy | {"model": str(micro_model), "output_dir": str(out)}))
     assert main(["train", "--config", str(path)]) == 0
     said = capsys.readouterr().out
     assert " of 12 pairs are now two of the model's own replies (accepted, refused) from 2 samples" in said, said

@@ -4,14 +4,11 @@ intact step, writes the broken step again and finishes."""
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from flax import nnx
 
 from tunix_lite.cli import main
-from tunix_lite.loading import ASSETS
 
 RUN_YAML = """\
 algorithm: sft
@@ -29,18 +26,6 @@ keep_checkpoints: 3
 log_every: 1
 output_dir: {out}
 """
-
-
-def micro_model(path: Path) -> Path:
-    """A 1-layer model with tiny's tokenizer (random weights): seconds to compile."""
-    from tunix_lite.models import Transformer, get_config
-    from tunix_lite.weights.hf import save_hf_model
-
-    config = get_config("tiny").replace(num_layers=1, embed_dim=64, num_heads=2, head_dim=16,
-                                        mlp_dim=128)
-    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), path)
-    shutil.copy(ASSETS / "tiny" / "tokenizer.model", path)
-    return path
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -65,12 +50,12 @@ def error_line(err: str) -> str:
 
 @pytest.mark.slow  # three short training runs of a 1-layer model
 def test_a_corrupt_latest_checkpoint_is_named_and_the_flag_resumes_from_the_intact_one(
-        tmp_path, capsys):
+        tmp_path, capsys, micro_model):
     rows = [{"prompt": f"What is {i} + {i}?", "completion": f"{2 * i}"} for i in range(8)]
     for name, part in (("train", rows), ("validation", rows[:2])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     out, config = tmp_path / "run", tmp_path / "run.yaml"
-    config.write_text(RUN_YAML.format(model=micro_model(tmp_path / "micro"), out=out,
+    config.write_text(RUN_YAML.format(model=micro_model, out=out,
                                       train=tmp_path / "train.jsonl",
                                       validation=tmp_path / "validation.jsonl"))
     assert cli(capsys, "train", "--config", config)[0] == 0

@@ -169,7 +169,7 @@ def test_grpo_config_rewards_with_a_saved_reward_model(saved_reward_model, tmp_p
 
 
 @pytest.mark.slow
-def test_cli_reward_model_trains_and_exports_a_reward(tmp_path):
+def test_cli_reward_model_trains_and_exports_a_reward(tmp_path, micro_model):
     """`tunix-lite train` with algorithm: reward_model (each pair's prompt run once) logs the pair metrics, and its
     export is a reward function the RL configs can name."""
     import json
@@ -181,7 +181,7 @@ def test_cli_reward_model_trains_and_exports_a_reward(tmp_path):
 
     out = tmp_path / "run"
     path = tmp_path / "rm.yaml"
-    path.write_text(yaml.safe_dump(dict(algorithm="reward_model", model="tiny", n_train=16, n_validation=8,
+    path.write_text(yaml.safe_dump(dict(algorithm="reward_model", model=str(micro_model), n_train=16, n_validation=8,
                                         seq_len=128, batch_size=4, steps=3, warmup_steps=0, eval_every=3,
                                         log_every=1, output_dir=str(out))))
     assert main(["train", "--config", str(path)]) == 0

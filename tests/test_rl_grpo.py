@@ -268,11 +268,12 @@ RUN = dict(model="tiny", n_train=32, n_validation=8, n_accuracy=8, seq_len=120, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
-def test_cli_rl_writes_curves_and_resumes(tmp_path, capsys, algorithm):
+def test_cli_rl_writes_curves_and_resumes(tmp_path, capsys, algorithm, micro_model):
     out = tmp_path / "run"
     path = tmp_path / "rl.yaml"
     dtype = "bfloat16" if algorithm == "ppo" else "float32"  # the rollout_dtype key, end to end
-    path.write_text(yaml.safe_dump(RUN | {"algorithm": algorithm, "output_dir": str(out), "rollout_dtype": dtype}))
+    path.write_text(yaml.safe_dump(RUN | {"algorithm": algorithm, "model": str(micro_model), "output_dir": str(out),
+                                         "rollout_dtype": dtype}))
     assert main(["train", "--config", str(path), "--steps", "2"]) == 0
     lines = [yaml.safe_load(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1, 2]

@@ -89,10 +89,10 @@ SMALL_RUN = dict(model="tiny", n_train=48, n_validation=16, n_accuracy=8, max_ne
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, {"lora_rank": 4, "quantize": "nf4"}], ids=["full", "qlora"])
-def test_cli_sft_writes_outputs_and_resumes(tmp_path, capsys, extra):
+def test_cli_sft_writes_outputs_and_resumes(tmp_path, capsys, extra, micro_model):
     out = tmp_path / "run"
     path = tmp_path / "sft.yaml"
-    path.write_text(yaml.safe_dump(SMALL_RUN | extra | {"output_dir": str(out)}))
+    path.write_text(yaml.safe_dump(SMALL_RUN | extra | {"model": str(micro_model), "output_dir": str(out)}))
     assert main(["train", "--config", str(path)]) == 0
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3 and "eval_accuracy" in lines[-1]
