@@ -1,9 +1,10 @@
 """One process of the 2-process CPU run behind tests/test_sharding.py (JAX's own runtime, gloo collectives):
 
-    python tests/multiprocess_checks.py PROCESS_ID NUM_PROCESSES PORT WORKDIR
+    python tests/multiprocess_checks.py PROCESS_ID NUM_PROCESSES PORT WORKDIR [MODEL]
 
 Each process has 2 CPU devices; together they form one 4-device mesh. Process 0 also computes the single-process
-reference on its own first device. Results go to WORKDIR/process_<id>.json.
+reference on its own first device. Results go to WORKDIR/process_<id>.json. MODEL (default tiny): what the run
+harness part trains.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import traceback
 
 process_id, num_processes, port, workdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+harness_model = sys.argv[5] if len(sys.argv) > 5 else "tiny"
 os.environ.update(JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES=str(num_processes),
                   JAX_PROCESS_ID=str(process_id))
 
@@ -88,7 +90,7 @@ try:  # the run harness: every process runs the same config; process 0 alone pri
 
     from tunix_lite.training.sft import SFTConfig, run_sft
 
-    config = SFTConfig(model="tiny", mesh="fsdp", steps=2, warmup_steps=0, batch_size=4, n_train=16, n_validation=4,
+    config = SFTConfig(model=harness_model, mesh="fsdp", steps=2, warmup_steps=0, batch_size=4, n_train=16, n_validation=4,
                        seq_len=64, truncation="truncate", n_accuracy=0, eval_every=0, log_every=1, checkpoint_every=1,
                        output_dir=f"{workdir}/run")
     printed = io.StringIO()

@@ -121,13 +121,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_train_like_one(tmp_path, subprocess_env):
+def test_two_processes_train_like_one(tmp_path, subprocess_env, micro_model):
     """2 processes x 2 CPU devices over jax.distributed (gloo): one sharded SFT step equals one device's, an Orbax
     checkpoint written by both restores onto another mesh shape, and the run harness (run_sft with mesh: fsdp)
     prints, logs and exports from process 0 only."""
     port = str(_free_port())
     procs = [subprocess.Popen([sys.executable, str(HERE / "multiprocess_checks.py"), str(i), "2", port,
-                               str(tmp_path)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               str(tmp_path), str(micro_model)], env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]
     stderr = [p.communicate(timeout=900)[1] for p in procs]
     results = []
