@@ -141,6 +141,36 @@ def test_training_run_directories_load(tmp_path, capsys, monkeypatch):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_an_unfinished_run_is_scored_from_its_checkpoints(tmp_path, capsys, micro_model):
+    """A run stopped before its export (max_minutes ran out, the session ended) is still a model:
+    its newest checkpoint, or RUN/checkpoints/STEP, on the base its config.yaml names."""
+    import yaml
+
+    from tunix_lite.training.stopped_run import load_stopped_run, stopped_run
+
+    out = tmp_path / "run"
+    config = dict(model=str(micro_model), lora_rank=4, lora_alpha=8.0, n_train=32, n_validation=8,
+                  n_accuracy=0, seq_len=128, batch_size=4, steps=4, warmup_steps=1, learning_rate=1e-2,
+                  eval_every=0, checkpoint_every=2, output_dir=str(out))
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump(config))
+    assert main(["train", "--config", str(tmp_path / "sft.yaml")]) == 0
+    tokens = jnp.arange(12, dtype=jnp.int32)[None]
+    exported = np.asarray(loading.load(out)[0](tokens))
+    assert stopped_run(str(out)) is None  # finished: its export is the model
+    # the last checkpoint holds what was exported; an earlier one, the model as it was then
+    np.testing.assert_allclose(np.asarray(load_stopped_run(out, 4)[0](tokens)), exported, atol=1e-6)
+    assert not np.allclose(np.asarray(load_stopped_run(out, 2)[0](tokens)), exported, atol=1e-3)
+
+    (out / "adapters.safetensors").unlink()  # as if the run had stopped before its export
+    assert stopped_run(str(out)) == (out, None)
+    assert stopped_run(str(out / "checkpoints" / "2")) == (out, 2)
+    capsys.readouterr()
+    assert main(["eval", "--model", str(out), "--n", "4", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["n"] == 4
+    assert "with checkpoint 4 of 4 steps (an unfinished run)" in captured.err
+
+
 @pytest.mark.parametrize("args, named", [
     (["--model", "./no_such_model"], "no_such_model"),
     (["--data", "nonsense"], "nonsense"),

@@ -225,6 +225,26 @@ def test_dynamic_sampling_keeps_only_informative_groups(tokenizer, records):
     assert stats["rollouts"] >= 1 and stats["kept_groups"] == len(groups) / 4
 
 
+def test_a_mix_of_tasks_logs_each_tasks_reward():
+    """On reasoning_gym:a,b one task can fall while the mean holds: each gets its own curve."""
+    from tunix_lite.rl.rollouts import Groups
+    from tunix_lite.sampler import GenerateOutput
+
+    rows = 4
+    output = GenerateOutput(texts=["x"] * rows, tokens=np.ones((rows, 2), int), logprobs=-np.ones((rows, 2)),
+                            lengths=np.full(rows, 2), prompt_tokens=np.ones((rows, 3), int),
+                            prompt_lengths=np.full(rows, 3))
+    rewards = np.array([1.0, 0.0, 0.0, 0.0])
+
+    def stats(domains):
+        return Groups(output, [{"domain": d} for d in domains], rewards, {"r": rewards}, group_size=2,
+                      row_len=8, max_new_tokens=2).stats()
+
+    mixed = stats(["gcd", "gcd", "letter_counting", "letter_counting"])
+    assert mixed["reward"] == 0.25 and mixed["reward@gcd"] == 0.5 and mixed["reward@letter_counting"] == 0.0
+    assert not any(k.startswith("reward@") for k in stats(["gcd"] * rows))  # one task: the mean says it all
+
+
 # ----------------------------------------------------------------------------- the command line
 
 

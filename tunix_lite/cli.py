@@ -41,11 +41,20 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _load_model(name: str):
+    """(model, tokenizer) for --model: whatever tunix_lite.loading reads, or a training run stopped
+    before its export (its newest checkpoint, or RUN/checkpoints/STEP)."""
+    from tunix_lite.loading import load
+    from tunix_lite.training.stopped_run import load_stopped_run, stopped_run
+
+    found = stopped_run(name)
+    return load_stopped_run(*found, verbose=True) if found else load(name, verbose=True)
+
+
 def cmd_generate(args) -> int:
     import json
 
     from tunix_lite.chat import format_chat
-    from tunix_lite.loading import load
     from tunix_lite.sampler import Sampler, check_sampling
 
     settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -59,7 +68,7 @@ def cmd_generate(args) -> int:
             raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
             raise ValueError(f"--prompt {i}: bytes {raw!r} at character {e.start + 1} are not "
                              "UTF-8; pass UTF-8 text (a UTF-8 terminal or file encoding)") from None
-    model, tokenizer = load(args.model, verbose=True)
+    model, tokenizer = _load_model(args.model)
     sampler = Sampler(model, tokenizer)
     prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p
                for p in args.prompt]
@@ -126,14 +135,14 @@ def cmd_plan(args) -> int:
 def cmd_eval(args) -> int:
     import json
 
-    from tunix_lite.loading import load, model_config
+    from tunix_lite.loading import model_config
     from tunix_lite.model_eval import check_settings, eval_records, evaluate, report_text
 
     check_settings(n=args.n, samples=args.samples, temperature=args.temperature,
                    max_new_tokens=args.max_new_tokens)
     model_config(args.model)  # a missing model directory is named here, before data or weights load
     records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
-    model, tokenizer = load(args.model, verbose=True)
+    model, tokenizer = _load_model(args.model)
     report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model,
               "data": args.data, "seed": args.seed}
     report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,
@@ -171,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate text from a model")
     gen.add_argument("--model", default="tiny",
-                     help="tiny | gemma3-270m | a checkpoint directory | a hub id")
+                     help="tiny | gemma3-270m | a checkpoint directory | a training run's "
+                          "output_dir (unfinished: its newest checkpoint) | a hub id")
     gen.add_argument("--prompt", action="append", required=True,
                      help="repeat for a batch (with --json, each output is one JSON line)")
     gen.add_argument("--chat", action="store_true",
@@ -245,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "pass@k, maj@k")
     ev.add_argument("--model", default="tiny",
                     help="tiny | gemma3-270m | a checkpoint or exported hf/ directory | a training "
-                         "run's output_dir (a LoRA run: its adapters on its base model)")
+                         "run's output_dir (a LoRA run: its adapters on its base model; an "
+                         "unfinished run: its newest checkpoint, or RUN/checkpoints/STEP)")
     ev.add_argument("--data", default="synthetic",
                     help="synthetic | a records file (.jsonl .json .csv .parquet: prompt, answer[, "
                          "domain]) | reasoning_gym:TASK[,TASK...][?size=..&seed=..&TASK.key=value]")

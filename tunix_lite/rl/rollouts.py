@@ -280,6 +280,12 @@ class Groups:
                | (out.prompt_lengths + out.lengths > self.row_len))
         stats = {"reward": float(self.rewards.mean())}
         stats |= {f"reward/{k}": float(v.mean()) for k, v in self.parts.items()}
+        # on a mix of tasks (reasoning_gym:a,b,...), each task's own curve: one task can fall
+        # while the mean holds
+        domains = np.array([r.get("domain", "") for r in self.records])
+        if len(set(domains)) > 1:
+            stats |= {f"reward@{d}": float(self.rewards[domains == d].mean())
+                      for d in sorted(set(domains))}
         # -log pi of each sampled token, averaged: the policy's entropy per token (in expectation,
         # when sampling at temperature 1 with no top-k / top-p); its fall is the policy sharpening
         entropy = float(-out.logprobs.sum() / max(out.lengths.sum(), 1))
