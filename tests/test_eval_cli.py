@@ -94,6 +94,21 @@ def test_scores_and_intervals_match_closed_form(tmp_path, capsys, monkeypatch):
     assert y["ci95"] == pytest.approx([0.299988, 0.903231], abs=1e-6)
     assert report["pass@2"] == pytest.approx(0.6)  # some right sample: prompts 0-5
     assert report["maj@2"] == pytest.approx((3 + 3 * 0.5) / 10)  # ties split the credit
+    # guessing, from the reference answers (all distinct here): 1 of 4 and 1 of 6 always-the-same
+    assert report["constant"] == pytest.approx(0.2) and x["constant"] == 0.25
+    assert report["guess_pass@2"] == 0.0  # no prompt's answer is among the others' answers
+
+
+def test_guessing_scores_the_answers_prior():
+    """A task whose answer is "1" three times in four is 0.75 right by always saying "1"."""
+    from tunix_lite.model_eval import guessing
+
+    records = [{"answer": a, "domain": "x"} for a in ("1", "1", " 1", "2")]
+    records += [{"answer": a, "domain": "y"} for a in ("7", "8")]
+    assert guessing(records) == {"constant": pytest.approx((3 + 1) / 6)}
+    # 2 guesses drawn from the other prompts' answers: a "1" prompt sees two "1"s in three, the "2"
+    # prompt and the y prompts never see their own answer
+    assert guessing(records, 2)["guess_pass@2"] == pytest.approx(3 * (1 - (1 / 3) ** 2) / 6)
 
 
 def test_training_run_directories_load(tmp_path, capsys, monkeypatch):
@@ -182,6 +197,8 @@ def test_an_unfinished_run_is_scored_from_its_checkpoints(tmp_path, capsys, micr
     (["--samples", "4", "--temperature", "0"], "--temperature 0.0"),
     (["--data", "reasoning_gym:leg_countin"], "did you mean leg_counting"),
     (["--data", "reasoning_gym:leg_counting?leg_counting.legs=4"], "no config key 'legs'"),
+    (["--data", "reasoning_gym:simple_equations?simple_equations.operators=['+','-']"],  # 3 weights: at item time
+     "simple_equations rejects its config {'operators': ['+', '-']} (ValueError: The number of weights"),
     (["--data", "reasoning_gym:game_of_life_halting"], "full marks, so it can neither"),
 ])
 def test_bad_input_is_one_line_before_the_model_loads(args, named, tmp_path, capsys, monkeypatch):

@@ -19,6 +19,14 @@ The report: greedy accuracy with a 95% Wilson interval, the format rate (a tagge
 reply), the mean reward, a per-task (`domain`) table with n and intervals; with K > 1 samples,
 pass@K and maj@K over them (`tunix_lite.reasoning_eval`: the unbiased pass@k estimator and an
 exact majority vote).
+
+Beside each figure, what guessing scores on the same prompts, from the reference answers alone:
+`constant` is the accuracy of always giving each task's most common answer, and `guess_pass@K`
+the pass@K of K guesses drawn from the task's other prompts' answers as often as they occur (a
+guesser that knows the prior but not the prompt's own answer). On a task with few
+possible answers (letter counting: "1" is right for over half the prompts) a greedy accuracy near
+`constant`, or a pass@K near `guess_pass@K`, is the answers' prior, not a skill that RL can
+sharpen.
 """
 
 from __future__ import annotations
@@ -128,6 +136,9 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
     domains = [r.get("domain", "all") for r in records]
     report["per_task"] = {d: _interval(right[[x == d for x in domains]])
                           for d in sorted(set(domains))}
+    report |= guessing(records, samples)
+    for d, row in report["per_task"].items():
+        row |= guessing([r for r in records if r.get("domain", "all") == d], samples)
     if samples > 1:
         repeated = [r for r in records for _ in range(samples)]
         scores = score(reward_fn, repeated, completions).reshape(len(records), samples)
@@ -144,6 +155,28 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
     return report
 
 
+def guessing(records: Sequence[Mapping], samples: int = 1) -> dict:
+    """What guessing from the reference answers scores on `records`, per task (`domain`): always its
+    most common answer ("constant"), and for samples K > 1 at least one of K guesses drawn from
+    the answers of the task's other prompts as often as they occur ("guess_pass@K")."""
+    from collections import Counter
+
+    constant, hit = 0, 0.0
+    domains = Counter(r.get("domain", "all") for r in records)
+    for domain in domains:
+        answers = Counter(str(r["answer"]).strip() for r in records
+                          if r.get("domain", "all") == domain)
+        constant += max(answers.values())
+        others = sum(answers.values()) - 1  # a prompt's own answer is not part of its prior
+        if others:
+            hit += sum(count * (1 - (1 - (count - 1) / others) ** samples)
+                       for count in answers.values())
+    out = {"constant": constant / len(records)}
+    if samples > 1:
+        out[f"guess_pass@{samples}"] = hit / len(records)
+    return out
+
+
 def report_text(report: Mapping) -> str:
     """The report for a terminal: the headline figures, then a markdown table per task."""
     lo, hi = report["ci95"]
@@ -152,18 +185,20 @@ def report_text(report: Mapping) -> str:
              f"at most {report['max_new_tokens']} new tokens)",
              f"greedy accuracy {report['accuracy']:.3f}  95% interval [{lo:.3f}, {hi:.3f}] "
              "(Wilson)",
+             f"always the commonest answer {report['constant']:.3f} (a guess, for scale)",
              f"format          {report['format']:.3f}",
              f"mean reward     {report['reward']:.3f}"]
     if "samples" in report:
         k = report["samples"]
         lines.append(f"pass@{k} {report[f'pass@{k}']:.3f}  maj@{k} {report[f'maj@{k}']:.3f}  "
-                     f"({k} samples per prompt at temperature {report['temperature']})")
+                     f"({k} samples per prompt at temperature {report['temperature']}; "
+                     f"{k} guesses: pass@{k} {report[f'guess_pass@{k}']:.3f})")
     k = report.get("samples")
-    sampled = [f"pass@{k}", f"maj@{k}"] if k else []
-    lines += ["", "| task | n | accuracy | 95% interval |" + "".join(f" {c} |" for c in sampled),
-              "|---|---|---|---|" + "---|" * len(sampled)]
+    columns = ["constant"] + ([f"pass@{k}", f"guess_pass@{k}", f"maj@{k}"] if k else [])
+    lines += ["", "| task | n | accuracy | 95% interval |" + "".join(f" {c} |" for c in columns),
+              "|---|---|---|---|" + "---|" * len(columns)]
     for task, row in report["per_task"].items():
         lines.append(f"| {task} | {row['n']} | {row['accuracy']:.3f} | "
                      f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}] |"
-                     + "".join(f" {row[c]:.3f} |" for c in sampled))
+                     + "".join(f" {row[c]:.3f} |" for c in columns))
     return "\n".join(lines)

@@ -114,9 +114,11 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              f"task of the spec ({', '.join(tasks)})")
     if values["size"] < 1:
         raise ValueError(f"{spec}: size={values['size']}: need at least 1 example")
-    for task, config in tasks.items():  # the task's own checks (ranges, min <= max)
+    # the task's own checks: ranges, min <= max when it is built, others (simple_equations'
+    # operators against operators_weights) only when an item is made
+    for task, config in tasks.items():
         try:
-            _dataset(task, config, 1, 0)
+            _dataset(task, config, 1, 0)[0]
         except Exception as e:  # noqa: BLE001 - upstream raises AssertionError, TypeError, ...
             raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
                              f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
