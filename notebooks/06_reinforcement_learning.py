@@ -479,11 +479,13 @@ else:
 # `tunix-lite eval --data SPEC --samples 8` scores any model with that same scorer.
 #
 # RL sharpens what the model already samples, so before you train, measure the room: greedy accuracy against
-# pass@8 per task. Below, Gemma 3 270M after a 40-step format warm-up, on 300 prompts.
+# pass@8 per task. A right sample can also be a lucky guess, so beside each figure the tables show what guessing
+# scores on the same prompts: always the task's commonest answer, and 8 guesses drawn from the other prompts'
+# answers. Below, Gemma 3 270M after a 40-step format warm-up, then GRPO's held-out results.
 #
-# **Predict, then run.** One task is `spell_backward` ("spell *ammonia* backward"). The model gets 0 of 50 greedy.
-# With 8 samples per prompt, how many of the 50 will it get right at least once? What does that tell you about
-# training it with GRPO?
+# **Predict, then run.** `letter_counting` ("how many times does the letter "a" appear in ...") scores 0.62
+# greedy and 0.92 pass@8. Is that room GRPO can turn into greedy accuracy? What would a model that always answers
+# "1" score?
 #
 
 # %%
@@ -496,12 +498,19 @@ else:
     print("the table is in the course repository: course/results/06_rl_reasoning_gym.md")
 
 # %% [markdown]
-# None: pass@8 is 0.00 for `spell_backward`. GRPO's advantage is the reward minus its group's mean, and a group
-# of eight wrong answers has no difference to learn from. That task needs demonstrations (SFT) first. `gcd` and
-# `letter_counting` are the opposite case: right answers appear in the samples (pass@8 0.68 and 0.92) more often
-# than greedy picks them (0.26 and 0.62), and their maj@8 is below greedy. That is the room GRPO can turn into
-# greedy accuracy. `configs/grpo_reasoning_gym_gemma3_270m.yaml` trains GRPO, Dr. GRPO and RLOO on the three
-# tasks with room and scores them on 500 held-out prompts; it is sized for a GPU.
+# Always answering "1" scores 0.62 on `letter_counting`: the greedy answers are the commonest answer, and 8
+# guesses from the answers' prior hit 0.91 of the prompts. That pass@8 is the prior, not a skill. `gcd` is the
+# same, and `spell_backward` has no right sample at all, so no group has a difference to learn from. Trained on
+# those tasks, GRPO raised its sampled reward while held-out greedy accuracy fell from 0.34 to 0.25: where the
+# right samples are guesses, making them likelier does not make the most likely answer right.
+#
+# One-digit products and sums of two numbers up to 99 have room beyond guessing. There, 50 GRPO steps took
+# held-out greedy accuracy from 0.20 to 0.37 on 502 prompts of a fresh seed, beyond the intervals, almost all of
+# it on the multiplication table (0.40 to 0.95), whose 100 questions the model had half learned. On sums it had
+# never seen in training it gained little. The notes under the table in
+# `course/results/06_rl_reasoning_gym.md` have the curves' figures and commands;
+# `configs/grpo_reasoning_gym_gemma3_270m.yaml` runs it (and Dr. GRPO and RLOO), and the trained adapters are in
+# `course/results/rl_models/`, ready for `tunix-lite eval --model`.
 #
 
 # %% [markdown]

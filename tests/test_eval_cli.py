@@ -227,3 +227,18 @@ def test_reasoning_gym_is_scored_by_the_tasks_own_scorer(capsys, monkeypatch):
     assert report["accuracy"] == report["reward"] == 0.75 and report["format"] == 1.0
     assert report["per_task"].keys() == {"leg_counting", "basic_arithmetic"}
     assert sum(row["n"] for row in report["per_task"].values()) == 4
+
+
+def test_a_task_with_few_questions_scores_each_prompt_once(capsys, monkeypatch):
+    """One-digit products have 100 questions: 300 items repeat them, and counting a repeated greedy answer
+    again would narrow the interval with no new evidence."""
+    from tunix_lite.data.reasoning_gym import make_records
+
+    spec = "reasoning_gym:products?products.max_digits=1"
+    distinct = len({r["prompt"] for r in make_records(spec, size=300, seed=5)})
+    assert distinct <= 100
+    def generate(self, prompts, max_new_tokens=64, *, num_samples=1, **settings):
+        return types.SimpleNamespace(texts=["<answer>0</answer>"] * len(prompts), lengths=np.ones(len(prompts)))
+
+    monkeypatch.setattr(Sampler, "generate", generate)
+    assert run_json(capsys, "--data", spec, "--n", "300", "--seed", "5")["n"] == distinct

@@ -55,3 +55,26 @@ def test_every_script_a_command_names_exists():
             if not (ROOT / script).is_file():
                 missing.setdefault(script, []).append(str(path.relative_to(ROOT)))
     assert not missing, f"scripts named but not found: {missing}"
+
+
+def test_committed_adapters_are_small_described_and_chained():
+    """course/results/rl_models/: each folder is what `tunix-lite eval --model` reads (adapters + the config
+    naming its base), at most 10 MB, with the command that made it in manifest.json."""
+    import json
+
+    import yaml
+    from safetensors import safe_open
+
+    models = ROOT / "course" / "results" / "rl_models"
+    manifest = json.loads((models / "manifest.json").read_text())
+    folders = sorted(p for p in models.iterdir() if p.is_dir())
+    assert {p.name for p in folders} == set(manifest["runs"]) and manifest["start"] in manifest["runs"]
+    for folder in folders:
+        adapters = folder / "adapters.safetensors"
+        assert adapters.stat().st_size <= 10 * 2**20, folder
+        with safe_open(adapters, "np") as f:
+            assert all(k.endswith((".lora_a", ".lora_b")) for k in f.keys())
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        base = config["model"]
+        assert base == "gemma3-270m" or (ROOT / base / "adapters.safetensors").is_file(), (folder, base)
+        assert {"command", "seed", "data"} <= manifest["runs"][folder.name].keys()

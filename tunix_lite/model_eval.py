@@ -78,7 +78,8 @@ def eval_records(spec: str, *, n: int | None = None,
     if reasoning_gym.is_spec(spec):
         # a scorer that passes any answer would make accuracy a lie
         reasoning_gym.probe_scorers(spec)
-        records = reasoning_gym.make_records(spec, size=n, seed=seed)
+        # a task with few distinct questions (one-digit products: 100) repeats them
+        records = distinct_prompts(reasoning_gym.make_records(spec, size=n, seed=seed))
     elif spec == SYNTHETIC:
         n = DEFAULT_N if n is None else n
         # Draw more rows than asked: the test split repeats some facts prompts, which are kept once.

@@ -154,10 +154,11 @@ def _synthetic_split(data: DataSpec, name: str):
 def _test_records(pipeline: Pipeline) -> list[dict]:
     from tunix_lite.data import reasoning_gym
     from tunix_lite.data.records import load_records
+    from tunix_lite.evaluation import distinct_prompts
 
     source = pipeline.data.test or str(pipeline.root / "data" / "test.jsonl")
-    if reasoning_gym.is_spec(source):
-        records = reasoning_gym.make_records(source)
+    if reasoning_gym.is_spec(source):  # each prompt once, as `tunix-lite eval` scores them
+        records = distinct_prompts(reasoning_gym.make_records(source))
     else:
         records = load_records(source)
     n = min(pipeline.evaluation.n_prompts, len(records))
