@@ -324,6 +324,12 @@ class Checkpoints:
                 raise self._error(self._writing, e) from None
 
 
+def run_state(wrt) -> nnx.Any:
+    """What a training run checkpoints of its model: the variables it trains (`wrt`) plus RNG state
+    (LoRA dropout), so a resumed run continues bit for bit."""
+    return nnx.Any(wrt, nnx.RngState)
+
+
 def _snapshot(meta: dict) -> dict:
     """A deep copy of `meta` as JSON reads it back. Orbax serializes meta in its background write,
     after `save` returns, so the live history list the trainer keeps appending to would otherwise

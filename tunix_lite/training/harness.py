@@ -352,12 +352,10 @@ class Run:
         _all_processes_reach("outputs")
         checkpoints = None
         if config.checkpoint_every:
-            from tunix_lite.training.checkpoint import Checkpoints
+            from tunix_lite.training.checkpoint import Checkpoints, run_state
 
-            # what trains plus RNG state (LoRA dropout), so a resumed run continues bit for bit
             checkpoints = Checkpoints(out / "checkpoints", every=config.checkpoint_every,
-                                      keep=config.keep_checkpoints,
-                                      state_filter=nnx.Any(wrt, nnx.RngState))
+                                      keep=config.keep_checkpoints, state_filter=run_state(wrt))
         return checkpoints
 
     def _open_loggers(self) -> list:

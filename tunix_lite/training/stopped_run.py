@@ -37,21 +37,17 @@ def load_stopped_run(directory: str | Path, step: int | None = None, *, verbose:
     variables the run trains loaded into it."""
     import sys
 
-    from flax import nnx
-
     from tunix_lite.training.algorithms import load_config
-    from tunix_lite.training.checkpoint import CheckpointError, Checkpoints
+    from tunix_lite.training.checkpoint import CheckpointError, Checkpoints, run_state
     from tunix_lite.training.inputs import build_model, trained_variables
 
     directory = Path(directory)
     config = load_config(directory / "config.yaml")
     model, tokenizer = build_model(config)
-    # what the harness checkpoints: the trained variables plus RNG state (LoRA dropout)
     checkpoints = Checkpoints(directory / "checkpoints",
-                              state_filter=nnx.Any(trained_variables(config), nnx.RngState))
-    step = checkpoints.steps[-1] if step is None and checkpoints.steps else step
+                              state_filter=run_state(trained_variables(config)))
     try:
-        checkpoints.restore(model, step=step)
+        step = checkpoints.restore(model, step=step)["step"]
     except CheckpointError as e:
         raise CheckpointError(f"{directory}: a {config.algorithm} run's checkpoints hold more "
                               f"than its model ({e}); rerun its command to finish and export "
