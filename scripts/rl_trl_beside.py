@@ -1,13 +1,20 @@
 """Run TRL's GRPOTrainer on exactly the setting of a tunix_lite GRPO run, side by side.
 
-    python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR [--steps N]
+    python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR [--steps N] [--stop-at S]
+                                     [--save-every K [--resume]]
 
 CONFIG.yaml is a training config (`algorithm: grpo`) or a pipeline file whose GRPO stage --stage
 names. `--steps` overrides the config's steps as `tunix-lite train --steps` does (the learning-rate
-schedule spans them): run tunix_lite with the same number to compare. Writes into DIR:
+schedule spans them): run tunix_lite with the same number to compare. `--stop-at S` ends TRL after
+optimizer step S on the schedule of all the steps, as a tunix_lite run stopped by --max-minutes
+and scored from its checkpoint S (`tunix-lite eval --model RUN/checkpoints/S`). `--save-every K`
+keeps TRL's newest checkpoint (weights, optimizer, schedule, RNG) in DIR/trl_run, and `--resume`
+carries on from it: a run of hours on CPU can be stopped and taken up again. Writes into DIR:
     start_model/hf/    the start model as an HF checkpoint (a LoRA run as `model:` merged first)
     trl_history.jsonl  per optimizer step: reward, reward/<name>, kl, length, loss, lr, grad_norm
     model/             TRL's trained model (LoRA merged): `tunix-lite eval --model DIR/model`
+    adapters/          a LoRA run's trained adapters alone (megabytes) in tunix_lite's layout, and
+                       a config.yaml naming the start: `tunix-lite eval --model DIR/adapters`
     settings.json      every hyperparameter on both sides, and the prompt-id check
 
 Matched: the start weights; the prompts, their chat-formatted token ids (checked for every prompt
@@ -252,8 +259,8 @@ def trl_reward_functions(rewards, records: list[dict]) -> list:
     return [wrap(name, fn) for name, fn in rewards.functions.items()]
 
 
-def trl_settings(config, out: Path) -> dict:
-    """GRPOConfig keyword arguments reproducing the tunix_lite config."""
+def trl_settings(config, out: Path, save_every: int = 0) -> dict:
+    """GRPOConfig keyword arguments reproducing the tunix_lite config (and TRL's checkpointing)."""
     rows = config.batch_size * config.group_size
     return {
         "output_dir": str(out / "trl_run"),
@@ -294,8 +301,12 @@ def trl_settings(config, out: Path) -> dict:
         "shuffle_dataset": False,
         "mask_truncated_completions": False,
         "disable_dropout": not config.lora_dropout,  # tunix_lite's models have no other dropout
+        # TRL recomputes activations by default; tunix_lite only with remat (the same numbers)
+        "gradient_checkpointing": config.remat,
         "logging_steps": 1,
-        "save_strategy": "no",
+        "save_strategy": "steps" if save_every else "no",
+        "save_steps": save_every or 500,
+        "save_total_limit": 1,
         "report_to": [],
         "bf16": False,
         "fp16": False,
@@ -393,6 +404,11 @@ def settings_table(config, trl: dict) -> list[tuple[str, str, str]]:
             ),
         ),
         ("grad clip", str(c.clip_norm), f"max_grad_norm={trl['max_grad_norm']}"),
+        (
+            "recompute activations",
+            f"remat={c.remat}",
+            f"gradient_checkpointing={trl['gradient_checkpointing']}",
+        ),
         (
             "LoRA",
             lora,
@@ -501,6 +517,51 @@ def history_callback(path: Path):
     return History()
 
 
+def stop_callback(step: int):
+    """A TrainerCallback ending training after optimizer step `step`; the schedule is untouched."""
+    from transformers import TrainerCallback
+
+    class StopAt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= step:
+                control.should_training_stop = True
+
+    return StopAt()
+
+
+def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """(folder, step) of the newest checkpoint TRL's Trainer left in out/trl_run, if any."""
+    found = [
+        (path, int(path.name.rpartition("-")[2]))
+        for path in (out / "trl_run").glob("checkpoint-*")
+        if path.name.rpartition("-")[2].isdigit()
+    ]
+    return max(found, key=lambda found: found[1]) if found else None
+
+
+def save_trl_adapters(config, start, trained, directory: Path) -> Path:
+    """TRL's trained LoRA (of `lora_model`) as a tunix_lite LoRA run folder: the start model with
+    LoRA layers holding TRL's A and B, saved by tunix_lite's own save_adapters, and a config.yaml
+    naming the start model, as a run's output_dir has them."""
+    import yaml
+    from flax import nnx
+
+    from tunix_lite.lora import apply_lora, lora_layers, save_adapters
+
+    copy = nnx.clone(start)
+    apply_lora(copy, rank=config.lora_rank, alpha=config.lora_alpha, rngs=nnx.Rngs(config.seed))
+    torch_layers = dict(trained.named_modules())
+    for path, layer in lora_layers(copy):
+        torch_layer = torch_layers[hf_module_name(path)]
+        layer.lora_a.value = torch_layer.lora_a.detach().numpy().copy()
+        layer.lora_b.value = torch_layer.lora_b.detach().numpy().copy()
+    directory.mkdir(parents=True, exist_ok=True)
+    save_adapters(copy, directory / "adapters.safetensors")
+    values = config.to_dict() | {"output_dir": str(directory)}
+    (directory / "config.yaml").write_text(yaml.safe_dump(values, sort_keys=False), "utf-8")
+    return directory
+
+
 def export_trained(trainer, start_hf: Path, out: Path) -> Path:
     """TRL's model (LoRA merged) as an HF directory with the start model's tokenizer files."""
     model = merge_lora_layers(trainer.model)
@@ -523,8 +584,18 @@ def export_trained(trainer, start_hf: Path, out: Path) -> Path:
 # ----------------------------------------------------------------------------- the run
 
 
-def run(config_path: str, stage: str | None, out: Path, steps: int | None) -> dict:
+def run(
+    config_path: str,
+    stage: str | None,
+    out: Path,
+    steps: int | None,
+    stop_at: int | None = None,
+    save_every: int = 0,
+    resume: bool = False,
+) -> dict:
     config = load_grpo_config(config_path, stage, steps)
+    if stop_at is not None and not 1 <= stop_at <= config.steps:
+        raise Refused(f"--stop-at {stop_at}: must be a step from 1 to the run's {config.steps}")
     problems = refusals(config)
     if problems:
         raise Refused(
@@ -557,12 +628,13 @@ def run(config_path: str, stage: str | None, out: Path, steps: int | None) -> di
         hf_tokenizer, texts, [prompts.ids[i] for i in order], config.batch_size
     )
 
-    trl_kwargs = trl_settings(config, out)
+    trl_kwargs = trl_settings(config, out, save_every)
     table = settings_table(config, trl_kwargs)
     print_table(table)
     settings = {
         "config": config_path,
         "stage": stage,
+        "stop_at": stop_at,
         "tunix_lite": config.to_dict(),
         "trl": trl_kwargs,
         "table": table,
@@ -578,7 +650,14 @@ def run(config_path: str, stage: str | None, out: Path, steps: int | None) -> di
     if config.lora_rank:
         hf_model = lora_model(hf_model, config, adapters)
     history = out / "trl_history.jsonl"
-    history.unlink(missing_ok=True)
+    checkpoint = newest_checkpoint(out) if resume else None
+    if resume and checkpoint is None:
+        raise Refused(f"--resume: no checkpoint in {out / 'trl_run'}; run with --save-every first")
+    kept = []  # the history up to the checkpoint; the steps after it are taken again
+    if checkpoint and history.is_file():
+        lines = history.read_text(encoding="utf-8").splitlines()
+        kept = [line for line in lines if json.loads(line)["step"] <= checkpoint[1]]
+    history.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     dataset = datasets.Dataset.from_dict({"prompt": texts, "record_index": order})
     trainer = GRPOTrainer(
         model=hf_model,
@@ -586,9 +665,13 @@ def run(config_path: str, stage: str | None, out: Path, steps: int | None) -> di
         args=TRLConfig(**trl_kwargs),
         train_dataset=dataset,
         processing_class=hf_tokenizer,
-        callbacks=[history_callback(history)],
+        callbacks=[history_callback(history)] + ([stop_callback(stop_at)] if stop_at else []),
     )
-    trainer.train()
+    if checkpoint:
+        print(f"resuming TRL from {checkpoint[0]} (step {checkpoint[1]})")
+    trainer.train(resume_from_checkpoint=str(checkpoint[0]) if checkpoint else None)
+    if config.lora_rank:  # before export_trained folds the adapters into the weights
+        print(f"TRL adapters: {save_trl_adapters(config, model, trainer.model, out / 'adapters')}")
     print(
         f"TRL history ({history}):\n{history.read_text(encoding='utf-8')}"
         f"TRL model: {export_trained(trainer, start_hf, out)}"
@@ -604,11 +687,28 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--steps", type=int, help="override the config's steps (the schedule spans them)"
     )
+    parser.add_argument(
+        "--stop-at", type=int, help="end after this optimizer step, keeping the schedule of all"
+    )
+    parser.add_argument(
+        "--save-every", type=int, default=0, help="keep TRL's newest checkpoint every K steps"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="carry on from the newest checkpoint in DIR/trl_run"
+    )
     args = parser.parse_args(argv)
     from tunix_lite.training.config import ConfigError
 
     try:
-        run(args.config, args.stage, args.out, args.steps)
+        run(
+            args.config,
+            args.stage,
+            args.out,
+            args.steps,
+            args.stop_at,
+            args.save_every,
+            args.resume,
+        )
     except Refused as refused:
         print(refused.message, file=sys.stderr)
         raise

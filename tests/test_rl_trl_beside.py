@@ -102,3 +102,58 @@ def test_trl_model_loads_in_tunix_lite_with_transformers_logits(runs):
     with torch.no_grad():
         theirs = hf_model(torch.tensor([ids])).logits.numpy()
     assert np.isfinite(ours).all() and np.abs(ours - theirs).max() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def moved_runs(tmp_path_factory):
+    """TRL runs of 3 steps whose rewards vary (completion lengths), so every step moves the
+    weights: "once" in one go, "twice" stopped after step 2 and resumed from its checkpoint."""
+    script = _script()
+
+    def length(prompts, completions, **_):
+        return [len(c) / 100 for c in completions]
+
+    def length_mod_7(prompts, completions, **_):
+        return [len(c) % 7 / 7 for c in completions]
+
+    tmp = tmp_path_factory.mktemp("moved")
+    config = tmp / "grpo.yaml"
+    config.write_text(yaml.safe_dump(TINY_GRPO | {"steps": 3, "output_dir": str(tmp / "t")}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(script, "trl_reward_functions", lambda *_: [length, length_mod_7])
+        script.run(str(config), None, tmp / "once", None)
+        script.run(str(config), None, tmp / "twice", None, stop_at=2, save_every=1)
+        stopped = (tmp / "twice" / "trl_history.jsonl").read_text().splitlines()
+        script.run(str(config), None, tmp / "twice", None, save_every=1, resume=True)
+    return tmp, [json.loads(line)["step"] for line in stopped]
+
+
+def test_a_resumed_trl_run_is_the_uninterrupted_one(moved_runs):
+    """--stop-at then --resume: the same history and the same weights as one run."""
+    from safetensors.numpy import load_file
+
+    tmp, stopped_steps = moved_runs
+    assert stopped_steps == [1, 2]
+    once, twice = (
+        [json.loads(line) for line in (tmp / run / "trl_history.jsonl").read_text().splitlines()]
+        for run in ("once", "twice")
+    )
+    assert [h["step"] for h in twice] == [1, 2, 3] and twice == once
+    assert once[1]["grad_norm"] > 0 and once[1]["learning_rate"] > 0  # the weights moved
+    weights = [load_file(tmp / run / "model" / "model.safetensors") for run in ("once", "twice")]
+    assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_trl_adapters_load_as_a_tunix_lite_lora_run(moved_runs):
+    """DIR/adapters (TRL's A and B on the start model) gives the merged DIR/model's logits."""
+    import jax.numpy as jnp
+
+    import tunix_lite
+
+    tmp, _ = moved_runs
+    merged, tokenizer = tunix_lite.load(tmp / "once" / "model")
+    adapters, _ = tunix_lite.load(tmp / "once" / "adapters")
+    start, _ = tunix_lite.load(tmp / "once" / "start_model" / "hf")
+    ids = jnp.asarray([tokenizer.encode("<reasoning>5 + 3 = 8.</reasoning>", add_bos=True)])
+    moved = np.abs(np.asarray(merged(ids)) - np.asarray(start(ids))).max()
+    assert moved > 1e-4 and np.abs(np.asarray(adapters(ids)) - np.asarray(merged(ids))).max() < 1e-4

@@ -2,8 +2,10 @@
 start.
 
     python course/results/scripts/rl_real_tasks.py
-    # course/results/06_rl_reasoning_gym/*.json -> 06_rl_reasoning_gym.md
+    # course/results/06_rl_reasoning_gym/*.json -> 06_rl_reasoning_gym.md (+ .png)
     # (the part from "## Notes" on is written by hand and kept)
+    python course/results/scripts/rl_real_tasks.py --curve NAME METRICS.jsonl --until STEP
+    # keeps a run's training curve (a tunix_lite metrics.jsonl or TRL's trl_history.jsonl)
 
 Every figure comes from a `tunix-lite eval --json` report saved in
 course/results/06_rl_reasoning_gym/ (the command that made it is in the report's own "command" key,
@@ -18,17 +20,28 @@ written below each table):
 - test_<set>_<model>.json: greedy accuracy of a model on held-out prompts (a seed used for neither
   training nor selection), with 95% Wilson intervals; a gain counts only where the intervals do not
   overlap. One table per held-out set (data spec and seed).
+- curves/<model>.jsonl: the training curve of each RL run, step by step up to the committed
+  checkpoint, drawn in 06_rl_reasoning_gym.png and summed up beside the held-out accuracy of the
+  same model (test_seed31_<model>.json): tunix_lite's GRPO, Dr. GRPO and RLOO, and TRL's
+  GRPOTrainer on the identical setting (scripts/rl_trl_beside.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+import numpy as np
 
 from heldout import RESULTS
 
 DATA = RESULTS / "06_rl_reasoning_gym"
 HEADROOM = 0.2  # pass@8 minus greedy, and minus 8 guesses: below this, little that RL can sharpen
+CURVES = DATA / "curves"
+CURVE_KEYS = ("reward", "reward@products", "reward@chain_sum", "entropy", "length")
+HEADLINE_SET = "seed31"  # the held-out set the curves are summed up beside
+WINDOW = 10  # steps per point of the drawn curves and per block of the table
 
 
 def _ci(row: dict) -> str:
@@ -95,13 +108,95 @@ def test_table(reports: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def keep_curve(name: str, metrics: Path, until: int) -> Path:
+    """A run's per-step training metrics up to `until` (its committed checkpoint), CURVE_KEYS only,
+    as curves/<name>.jsonl."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    kept = [{"step": r["step"]} | {k: r[k] for k in CURVE_KEYS if k in r}
+            for r in rows if r["step"] <= until and "reward" in r]
+    if [r["step"] for r in kept] != list(range(1, until + 1)):
+        raise SystemExit(f"{metrics}: steps 1..{until} are not all there once")
+    CURVES.mkdir(exist_ok=True)
+    path = CURVES / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return path
+
+
+def _mean_ci(values) -> str:
+    """Mean with a normal 95% interval over steps (each step's reward is a mean of 64 samples)."""
+    values = np.asarray(values, float)
+    half = 1.96 * values.std(ddof=1) / np.sqrt(len(values))
+    return f"{values.mean():.2f} ± {half:.2f}"
+
+
+def curves_section(tests: dict[str, dict[str, dict]]) -> list[str]:
+    """The runs' training reward by blocks of WINDOW steps beside their held-out accuracy, and
+    the plot of their curves (06_rl_reasoning_gym.png)."""
+    curves = {path.stem: [json.loads(line) for line in path.read_text().splitlines()]
+              for path in sorted(CURVES.glob("*.jsonl"), key=lambda p: (p.stem != "grpo", p.stem))}
+    if not curves:
+        return []
+    held_out = tests.get(HEADLINE_SET, {})
+    steps = min(len(rows) for rows in curves.values())
+    blocks = [(start, min(start + WINDOW, steps)) for start in range(0, steps, WINDOW)]
+    lines = ["| run | " + " | ".join(f"reward, steps {a + 1}-{b}" for a, b in blocks)
+             + f" | held out ({HEADLINE_SET}) [95% CI] |",
+             "|---|" + "---:|" * len(blocks) + "---|"]
+    start = held_out.get("start")
+    if start:
+        lines.append("| start model | " + " | " * len(blocks) + f"{_ci(start)} |")
+    for name, rows in curves.items():
+        cells = " | ".join(_mean_ci([r["reward"] for r in rows[a:b]]) for a, b in blocks)
+        score = _ci(held_out[name]) if name in held_out else "not scored"
+        lines.append(f"| {name} | {cells} | {score} |")
+    plot(curves, RESULTS / "06_rl_reasoning_gym.png")
+    return ["## The runs side by side: training reward and held-out accuracy", "",
+            f"Sampled training reward (mean over the steps of each block, 64 completions a step, "
+            f"± a normal 95% interval over the block's steps) and greedy accuracy of the same "
+            f"step's model on the held-out set {HEADLINE_SET}. Curves: "
+            f"`06_rl_reasoning_gym.png`, kept in `{CURVES.relative_to(RESULTS.parents[1])}/`.",
+            "", *lines, ""]
+
+
+def plot(curves: dict[str, list[dict]], path: Path) -> None:
+    """Reward overall and per task, and entropy, of every run: the mean over WINDOW steps."""
+    from matplotlib.figure import Figure
+
+    keys = ("reward", "reward@products", "reward@chain_sum", "entropy")
+    fig = Figure(figsize=(3.4 * len(keys), 3), layout="constrained")
+    axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
+    window = np.ones(WINDOW) / WINDOW
+    for name, rows in curves.items():
+        for ax, key in zip(axes, keys):
+            points = np.array([(r["step"], r[key]) for r in rows if key in r])
+            if len(points) >= WINDOW:
+                ax.plot(points[WINDOW - 1:, 0], np.convolve(points[:, 1], window, "valid"),
+                        label=name)
+    for ax, key in zip(axes, keys):
+        ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else " (nats)"),
+               xlabel=f"step (mean of {WINDOW})")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)  # TRL logs no per-task reward: the first panel has every run
+    fig.savefig(path, dpi=110)
+
+
 def _test_order(path: Path) -> tuple:
     _, test_set, model = path.stem.split("_", 2)
     kind, seed = test_set.rstrip("0123456789"), test_set[len(test_set.rstrip("0123456789")):]
     return kind != "seed", int(seed or 0), model != "start", model
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--curve", nargs=2, metavar=("NAME", "METRICS"),
+                        help="keep a run's training curve as curves/NAME.jsonl")
+    parser.add_argument("--until", type=int, help="with --curve: the committed checkpoint's step")
+    args = parser.parse_args(argv)
+    if args.curve:
+        if not args.until:
+            parser.error("--curve needs --until STEP")
+        print(keep_curve(args.curve[0], Path(args.curve[1]), args.until))
+        return 0
     parts = ["# RL on real tasks: reasoning-gym, Gemma 3 270M", "",
              "## Candidate tasks: where the start model has room", ""]
     for path in sorted(DATA.glob("candidates*.json")):
@@ -131,6 +226,7 @@ def main() -> int:
                       f"Greedy accuracy on the {first['n']} prompts of `{data}`."]
         parts += ["", test_table(reports), ""]
         parts += [f"- {name}: `{r['command']}`" for name, r in reports.items()] + [""]
+    parts += curves_section(tests)
     path = RESULTS / "06_rl_reasoning_gym.md"
     # the notes are written by hand: kept
     notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
