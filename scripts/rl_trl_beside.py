@@ -165,9 +165,20 @@ def prompt_order(config, n_prompts: int) -> list[int]:
 
 def initial_adapters(config, model) -> dict[str, np.ndarray]:
     """{HF module name: A [in, r]} as tunix_lite's build_model seeds them (nnx.Rngs(seed))."""
+
+    from tunix_lite.lora import lora_layers
+
+    return {
+        hf_module_name(path): np.asarray(layer.lora_a[...])
+        for path, layer in lora_layers(lora_copy(config, model))
+    }
+
+
+def lora_copy(config, model):
+    """A copy of the start model with LoRA layers as tunix_lite's build_model seeds them."""
     from flax import nnx
 
-    from tunix_lite.lora import apply_lora, lora_layers
+    from tunix_lite.lora import apply_lora
 
     copy = nnx.clone(model)
     apply_lora(
@@ -177,9 +188,7 @@ def initial_adapters(config, model) -> dict[str, np.ndarray]:
         dropout=config.lora_dropout,
         rngs=nnx.Rngs(config.seed),
     )
-    return {
-        hf_module_name(path): np.asarray(layer.lora_a[...]) for path, layer in lora_layers(copy)
-    }
+    return copy
 
 
 def hf_module_name(path: tuple) -> str:
@@ -544,12 +553,10 @@ def save_trl_adapters(config, start, trained, directory: Path) -> Path:
     LoRA layers holding TRL's A and B, saved by tunix_lite's own save_adapters, and a config.yaml
     naming the start model, as a run's output_dir has them."""
     import yaml
-    from flax import nnx
 
-    from tunix_lite.lora import apply_lora, lora_layers, save_adapters
+    from tunix_lite.lora import lora_layers, save_adapters
 
-    copy = nnx.clone(start)
-    apply_lora(copy, rank=config.lora_rank, alpha=config.lora_alpha, rngs=nnx.Rngs(config.seed))
+    copy = lora_copy(config, start)
     torch_layers = dict(trained.named_modules())
     for path, layer in lora_layers(copy):
         torch_layer = torch_layers[hf_module_name(path)]
@@ -596,6 +603,9 @@ def run(
     config = load_grpo_config(config_path, stage, steps)
     if stop_at is not None and not 1 <= stop_at <= config.steps:
         raise Refused(f"--stop-at {stop_at}: must be a step from 1 to the run's {config.steps}")
+    checkpoint = newest_checkpoint(out) if resume else None
+    if resume and checkpoint is None:
+        raise Refused(f"--resume: no checkpoint in {out / 'trl_run'}; run with --save-every first")
     problems = refusals(config)
     if problems:
         raise Refused(
@@ -650,9 +660,6 @@ def run(
     if config.lora_rank:
         hf_model = lora_model(hf_model, config, adapters)
     history = out / "trl_history.jsonl"
-    checkpoint = newest_checkpoint(out) if resume else None
-    if resume and checkpoint is None:
-        raise Refused(f"--resume: no checkpoint in {out / 'trl_run'}; run with --save-every first")
     kept = []  # the history up to the checkpoint; the steps after it are taken again
     if checkpoint and history.is_file():
         lines = history.read_text(encoding="utf-8").splitlines()

@@ -157,3 +157,23 @@ def test_trl_adapters_load_as_a_tunix_lite_lora_run(moved_runs):
     ids = jnp.asarray([tokenizer.encode("<reasoning>5 + 3 = 8.</reasoning>", add_bos=True)])
     moved = np.abs(np.asarray(merged(ids)) - np.asarray(start(ids))).max()
     assert moved > 1e-4 and np.abs(np.asarray(adapters(ids)) - np.asarray(merged(ids))).max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "flags, fault",
+    [
+        (["--stop-at", "9"], "--stop-at 9: must be a step from 1 to the run's 2"),
+        (["--resume"], "--resume: no checkpoint in"),
+    ],
+)
+def test_a_stop_past_the_run_or_a_resume_without_checkpoint_is_one_line(
+    tmp_path, capsys, flags, fault
+):
+    """Refused before any model loads, naming the flag; nothing in DIR is written."""
+    config = tmp_path / "grpo.yaml"
+    config.write_text(yaml.safe_dump(TINY_GRPO | {"output_dir": str(tmp_path / "t")}))
+    with pytest.raises(SystemExit) as stopped:
+        _script().main([str(config), "--out", str(tmp_path / "trl"), *flags])
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and err.startswith(fault) and "\n" not in err
+    assert not (tmp_path / "trl").exists()
