@@ -2,6 +2,7 @@
 
     python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR [--steps N] [--stop-at S]
                                      [--save-every K [--resume]]
+    python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR --adapters-of CHECKPOINT
 
 CONFIG.yaml is a training config (`algorithm: grpo`) or a pipeline file whose GRPO stage --stage
 names. `--steps` overrides the config's steps as `tunix-lite train --steps` does (the learning-rate
@@ -9,7 +10,9 @@ schedule spans them): run tunix_lite with the same number to compare. `--stop-at
 optimizer step S on the schedule of all the steps, as a tunix_lite run stopped by --max-minutes
 and scored from its checkpoint S (`tunix-lite eval --model RUN/checkpoints/S`). `--save-every K`
 keeps TRL's newest checkpoint (weights, optimizer, schedule, RNG) in DIR/trl_run, and `--resume`
-carries on from it: a run of hours on CPU can be stopped and taken up again. Writes into DIR:
+carries on from it: a run of hours on CPU can be stopped and taken up again. `--adapters-of
+DIR/trl_run/checkpoint-S` trains nothing: it writes that checkpoint's adapters into DIR/adapters-S,
+to score TRL at step S. Writes into DIR:
     start_model/hf/    the start model as an HF checkpoint (a LoRA run as `model:` merged first)
     trl_history.jsonl  per optimizer step: reward, reward/<name>, kl, length, loss, lr, grad_norm
     model/             TRL's trained model (LoRA merged): `tunix-lite eval --model DIR/model`
@@ -548,20 +551,37 @@ def newest_checkpoint(out: Path) -> tuple[Path, int] | None:
     return max(found, key=lambda found: found[1]) if found else None
 
 
-def save_trl_adapters(config, start, trained, directory: Path) -> Path:
-    """TRL's trained LoRA (of `lora_model`) as a tunix_lite LoRA run folder: the start model with
-    LoRA layers holding TRL's A and B, saved by tunix_lite's own save_adapters, and a config.yaml
-    naming the start model, as a run's output_dir has them."""
+def trained_lora(model) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{HF module name: (A, B)} of the LoRA layers of `lora_model` as trained."""
+    return {
+        name: (module.lora_a.detach().numpy().copy(), module.lora_b.detach().numpy().copy())
+        for name, module in model.named_modules()
+        if hasattr(module, "merged")
+    }
+
+
+def checkpoint_lora(checkpoint: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{HF module name: (A, B)} of the LoRA layers in a TRL checkpoint folder's weights."""
+    from safetensors import safe_open
+
+    with safe_open(checkpoint / "model.safetensors", "np") as weights:
+        names = [k.removesuffix(".lora_a") for k in weights.keys() if k.endswith(".lora_a")]
+        return {
+            n: (weights.get_tensor(n + ".lora_a"), weights.get_tensor(n + ".lora_b")) for n in names
+        }
+
+
+def save_trl_adapters(config, start, lora: dict, directory: Path) -> Path:
+    """TRL's trained LoRA ({HF module name: (A, B)}) as a tunix_lite LoRA run folder: the start
+    model with LoRA layers holding TRL's A and B, saved by tunix_lite's own save_adapters, and a
+    config.yaml naming the start model, as a run's output_dir has them."""
     import yaml
 
     from tunix_lite.lora import lora_layers, save_adapters
 
     copy = lora_copy(config, start)
-    torch_layers = dict(trained.named_modules())
     for path, layer in lora_layers(copy):
-        torch_layer = torch_layers[hf_module_name(path)]
-        layer.lora_a.value = torch_layer.lora_a.detach().numpy().copy()
-        layer.lora_b.value = torch_layer.lora_b.detach().numpy().copy()
+        layer.lora_a.value, layer.lora_b.value = lora[hf_module_name(path)]
     directory.mkdir(parents=True, exist_ok=True)
     save_adapters(copy, directory / "adapters.safetensors")
     values = config.to_dict() | {"output_dir": str(directory)}
@@ -678,12 +698,34 @@ def run(
         print(f"resuming TRL from {checkpoint[0]} (step {checkpoint[1]})")
     trainer.train(resume_from_checkpoint=str(checkpoint[0]) if checkpoint else None)
     if config.lora_rank:  # before export_trained folds the adapters into the weights
-        print(f"TRL adapters: {save_trl_adapters(config, model, trainer.model, out / 'adapters')}")
+        lora = trained_lora(trainer.model)
+        print(f"TRL adapters: {save_trl_adapters(config, model, lora, out / 'adapters')}")
     print(
         f"TRL history ({history}):\n{history.read_text(encoding='utf-8')}"
         f"TRL model: {export_trained(trainer, start_hf, out)}"
     )
     return settings
+
+
+def checkpoint_adapters(
+    config_path: str, stage: str | None, steps: int | None, checkpoint: Path, out: Path
+) -> Path:
+    """DIR/adapters-S: the LoRA adapters of TRL's checkpoint S (DIR/trl_run/checkpoint-S) alone,
+    as DIR/adapters has them, to score a step before the run's end."""
+    config = load_grpo_config(config_path, stage, steps)
+    if not config.lora_rank:
+        raise Refused(
+            f"--adapters-of: {config_path} trains no LoRA (lora_rank: 0); "
+            f"score a full fine-tune from DIR/model"
+        )
+    if not (checkpoint / "model.safetensors").is_file():
+        raise Refused(
+            f"--adapters-of {checkpoint}: no model.safetensors there; "
+            f"give a TRL checkpoint folder, DIR/trl_run/checkpoint-S"
+        )
+    model, _ = start_model(config)
+    step = checkpoint.name.rpartition("-")[2]
+    return save_trl_adapters(config, model, checkpoint_lora(checkpoint), out / f"adapters-{step}")
 
 
 def main(argv=None) -> None:
@@ -703,10 +745,22 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="carry on from the newest checkpoint in DIR/trl_run"
     )
+    parser.add_argument(
+        "--adapters-of",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="only write the LoRA adapters of a TRL checkpoint folder into DIR/adapters-S",
+    )
     args = parser.parse_args(argv)
     from tunix_lite.training.config import ConfigError
 
     try:
+        if args.adapters_of:
+            found = checkpoint_adapters(
+                args.config, args.stage, args.steps, args.adapters_of, args.out
+            )
+            print(f"TRL adapters: {found}  (tunix-lite eval --model {found})")
+            return
         run(
             args.config,
             args.stage,

@@ -86,6 +86,8 @@ def test_scores_and_intervals_match_closed_form(tmp_path, capsys, monkeypatch):
     scripted_sampler(monkeypatch, {1: greedy, 2: sampled})
     report = run_json(capsys, "--data", str(path), "--samples", "2", "--max-new-tokens", "8")
     assert report["accuracy"] == pytest.approx(0.7) and report["format"] == pytest.approx(0.9)
+    assert report["right"] == [1, 1, 1, 0, 1, 1, 1, 1, 0, 0]  # each prompt's verdict, in order
+    assert report["per_task"]["x"]["right"] == [1, 1, 1, 0]
     # Wilson 95% intervals, golden values: 7/10, 3/4, 4/6
     assert report["ci95"] == pytest.approx([0.396773, 0.892211], abs=1e-6)
     x, y = report["per_task"]["x"], report["per_task"]["y"]

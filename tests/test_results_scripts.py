@@ -78,3 +78,15 @@ def test_committed_adapters_are_small_described_and_chained():
         base = config["model"]
         assert base == "gemma3-270m" or (ROOT / base / "adapters.safetensors").is_file(), (folder, base)
         assert {"command", "seed", "data"} <= manifest["runs"][folder.name].keys()
+
+
+def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch):
+    """rl_entropy.py on the tiny model, 64 prompts x 8 samples: the mean -log p of the sampled
+    tokens (the entropy GRPO's rollouts log) and the exact entropy (TRL's) agree within the
+    interval, and the sampler's log-probs are the forward pass's."""
+    monkeypatch.syspath_prepend(str(ROOT / "course" / "results" / "scripts"))
+    rl_entropy = importlib.import_module("rl_entropy")
+    measured = rl_entropy.measure("tiny", "tiny", prompts=64, samples=8, seed=0)
+    lo, hi = measured["sampled_minus_exact_ci95"]
+    assert measured["tokens"] > 4000 and lo < 0 < hi and hi - lo < 0.1
+    assert measured["max_abs_logprob_gap_cache_vs_recompute"] < 1e-4

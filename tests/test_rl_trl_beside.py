@@ -125,6 +125,15 @@ def moved_runs(tmp_path_factory):
         script.run(str(config), None, tmp / "twice", None, stop_at=2, save_every=1)
         stopped = (tmp / "twice" / "trl_history.jsonl").read_text().splitlines()
         script.run(str(config), None, tmp / "twice", None, save_every=1, resume=True)
+    script.main(
+        [
+            str(config),
+            "--out",
+            str(tmp / "twice"),
+            "--adapters-of",
+            str(tmp / "twice" / "trl_run" / "checkpoint-3"),
+        ]
+    )
     return tmp, [json.loads(line)["step"] for line in stopped]
 
 
@@ -159,16 +168,26 @@ def test_trl_adapters_load_as_a_tunix_lite_lora_run(moved_runs):
     assert moved > 1e-4 and np.abs(np.asarray(adapters(ids)) - np.asarray(merged(ids))).max() < 1e-4
 
 
+def test_a_checkpoints_adapters_are_the_ones_its_step_trained(moved_runs):
+    """--adapters-of DIR/trl_run/checkpoint-3 writes DIR/adapters-3, the run's final adapters."""
+    from safetensors.numpy import load_file
+
+    tmp, _ = moved_runs
+    final, saved = (
+        load_file(tmp / "twice" / d / "adapters.safetensors") for d in ("adapters", "adapters-3")
+    )
+    assert final.keys() == saved.keys() and all(np.array_equal(final[k], saved[k]) for k in final)
+
+
 @pytest.mark.parametrize(
     "flags, fault",
     [
         (["--stop-at", "9"], "--stop-at 9: must be a step from 1 to the run's 2"),
         (["--resume"], "--resume: no checkpoint in"),
+        (["--adapters-of", "nowhere"], "--adapters-of nowhere: no model.safetensors there"),
     ],
 )
-def test_a_stop_past_the_run_or_a_resume_without_checkpoint_is_one_line(
-    tmp_path, capsys, flags, fault
-):
+def test_a_bad_stop_resume_or_checkpoint_is_one_line(tmp_path, capsys, flags, fault):
     """Refused before any model loads, naming the flag; nothing in DIR is written."""
     config = tmp_path / "grpo.yaml"
     config.write_text(yaml.safe_dump(TINY_GRPO | {"output_dir": str(tmp_path / "t")}))

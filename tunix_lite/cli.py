@@ -41,21 +41,12 @@ def cmd_info(args) -> int:
     return 0
 
 
-def _load_model(name: str):
-    """(model, tokenizer) for --model: whatever tunix_lite.loading reads, or a training run stopped
-    before its export (its newest checkpoint, or RUN/checkpoints/STEP)."""
-    from tunix_lite.loading import load
-    from tunix_lite.training.stopped_run import load_stopped_run, stopped_run
-
-    found = stopped_run(name)
-    return load_stopped_run(*found, verbose=True) if found else load(name, verbose=True)
-
-
 def cmd_generate(args) -> int:
     import json
 
     from tunix_lite.chat import format_chat
     from tunix_lite.sampler import Sampler, check_sampling
+    from tunix_lite.training.stopped_run import load_model_or_run
 
     settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     seed=args.seed)
@@ -68,7 +59,7 @@ def cmd_generate(args) -> int:
             raw = prompt[e.start:e.end].encode("utf-8", "surrogateescape")
             raise ValueError(f"--prompt {i}: bytes {raw!r} at character {e.start + 1} are not "
                              "UTF-8; pass UTF-8 text (a UTF-8 terminal or file encoding)") from None
-    model, tokenizer = _load_model(args.model)
+    model, tokenizer = load_model_or_run(args.model, verbose=True)
     sampler = Sampler(model, tokenizer)
     prompts = [format_chat(tokenizer, [{"role": "user", "content": p}]) if args.chat else p
                for p in args.prompt]
@@ -137,12 +128,13 @@ def cmd_eval(args) -> int:
 
     from tunix_lite.loading import model_config
     from tunix_lite.model_eval import check_settings, eval_records, evaluate, report_text
+    from tunix_lite.training.stopped_run import load_model_or_run
 
     check_settings(n=args.n, samples=args.samples, temperature=args.temperature,
                    max_new_tokens=args.max_new_tokens)
     model_config(args.model)  # a missing model directory is named here, before data or weights load
     records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
-    model, tokenizer = _load_model(args.model)
+    model, tokenizer = load_model_or_run(args.model, verbose=True)
     report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model,
               "data": args.data, "seed": args.seed}
     report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,

@@ -27,6 +27,10 @@ guesser that knows the prior but not the prompt's own answer). On a task with fe
 possible answers (letter counting: "1" is right for over half the prompts) a greedy accuracy near
 `constant`, or a pass@K near `guess_pass@K`, is the answers' prior, not a skill that RL can
 sharpen.
+
+`right` holds each prompt's greedy verdict (1: right) in the data's order, overall and per task:
+two reports on the same data and seed compare prompt by prompt
+(`tunix_lite.evaluation.paired_difference`), far more tightly than their two intervals do.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ def eval_records(spec: str, *, n: int | None = None,
 
 def _interval(right: np.ndarray) -> dict:
     k, n = int(right.sum()), right.size
-    return {"accuracy": k / n, "ci95": list(wilson(k, n)), "n": n}
+    return {"accuracy": k / n, "ci95": list(wilson(k, n)), "n": n,
+            "right": right.astype(int).tolist()}
 
 
 def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples: int = 1,

@@ -4,6 +4,7 @@ crashed) is still a model: the one its config.yaml builds, with a checkpoint of 
     found = stopped_run("runs/grpo")              # (runs/grpo, None): its newest checkpoint
     found = stopped_run("runs/grpo/checkpoints/50")  # (runs/grpo, 50)
     model, tokenizer = load_stopped_run(*found)
+    model, tokenizer = load_model_or_run(name)    # either, or whatever tunix_lite.load reads
 
 `tunix-lite eval` and `generate` read these, so a long run can be scored while it is unfinished.
 """
@@ -59,3 +60,12 @@ def load_stopped_run(directory: str | Path, step: int | None = None, *, verbose:
         print(f"loaded {directory}: {config.model} with checkpoint {step} of {config.steps} steps "
               "(an unfinished run)", file=sys.stderr)
     return model, tokenizer
+
+
+def load_model_or_run(name: str, *, verbose: bool = False):
+    """(model, tokenizer) for a model name or folder: whatever tunix_lite.loading reads, or a
+    training run stopped before its export (its newest checkpoint, or RUN/checkpoints/STEP)."""
+    from tunix_lite.loading import load
+
+    found = stopped_run(name)
+    return load_stopped_run(*found, verbose=verbose) if found else load(name, verbose=verbose)

@@ -18,12 +18,16 @@ written below each table):
   by at least HEADROOM: right samples that come from skill, which a sharper policy can turn into
   greedy accuracy, rather than from the answers' prior.
 - test_<set>_<model>.json: greedy accuracy of a model on held-out prompts (a seed used for neither
-  training nor selection), with 95% Wilson intervals; a gain counts only where the intervals do not
-  overlap. One table per held-out set (data spec and seed).
+  training nor selection), with 95% Wilson intervals, and each model's change from the start model
+  on the same prompts with its paired 95% interval (for reports that keep each prompt's verdict).
+  One table per held-out set (data spec and seed).
 - curves/<model>.jsonl: the training curve of each RL run, step by step up to the committed
   checkpoint, drawn in 06_rl_reasoning_gym.png and summed up beside the held-out accuracy of the
   same model (test_seed31_<model>.json): tunix_lite's GRPO, Dr. GRPO and RLOO, and TRL's
-  GRPOTrainer on the identical setting (scripts/rl_trl_beside.py).
+  GRPOTrainer on the identical setting (scripts/rl_trl_beside.py), which gets a table of its own
+  beside tunix_lite's GRPO.
+- entropy.json: the entropy of the GRPO policies, exact and as -log p of the sampled tokens, on the
+  same samples (rl_entropy.py): TRL logs the first, tunix_lite the second.
 """
 
 from __future__ import annotations
@@ -36,12 +40,17 @@ import numpy as np
 
 from heldout import RESULTS
 
+from tunix_lite.evaluation import paired_difference
+
 DATA = RESULTS / "06_rl_reasoning_gym"
 HEADROOM = 0.2  # pass@8 minus greedy, and minus 8 guesses: below this, little that RL can sharpen
 CURVES = DATA / "curves"
 CURVE_KEYS = ("reward", "reward@products", "reward@chain_sum", "entropy", "length")
 HEADLINE_SET = "seed31"  # the held-out set the curves are summed up beside
 WINDOW = 10  # steps per point of the drawn curves and per block of the table
+OURS, TRL = "grpo", "trl_grpo"  # tunix_lite's GRPO run and TRL's on its identical setting
+TRL_VERSION = "1.16"
+ENTROPY = DATA / "entropy.json"  # course/results/scripts/rl_entropy.py
 
 
 def _ci(row: dict) -> str:
@@ -96,15 +105,29 @@ def candidates_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _paired(before: dict, after: dict) -> str:
+    """after - before on the same prompts with its paired 95% interval, where both reports carry
+    each prompt's verdict (`right`); empty otherwise."""
+    if "right" not in before or "right" not in after:
+        return ""
+    change, lo, hi = paired_difference(before["right"], after["right"])
+    return f"{change:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
 def test_table(reports: dict[str, dict]) -> str:
-    """Greedy held-out accuracy per model (rows) overall and per task (columns)."""
+    """Greedy held-out accuracy per model (rows) overall and per task (columns), and, where the
+    reports keep each prompt's verdict, each model's change from the start model (paired)."""
     tasks = sorted({t for r in reports.values() for t in r["per_task"]})
-    lines = ["| model | n | all [95% CI] | format | " + " | ".join(tasks) + " |",
-             "|---|---:|---|---:|" + "---:|" * len(tasks)]
+    start = reports.get("start", {})
+    paired = "right" in start
+    lines = ["| model | n | all [95% CI] | " + ("vs start, paired [95% CI] | " if paired else "")
+             + "format | " + " | ".join(tasks) + " |",
+             "|---|---:|---|" + ("---|" if paired else "") + "---:|" + "---:|" * len(tasks)]
     for name, r in reports.items():
         cells = " | ".join(_ci(r["per_task"][t]) if t in r["per_task"] else ""
                            for t in tasks)
-        lines.append(f"| {name} | {r['n']} | {_ci(r)} | {r['format']:.2f} | {cells} |")
+        change = f"{_paired(start, r) if name != 'start' else ''} | " if paired else ""
+        lines.append(f"| {name} | {r['n']} | {_ci(r)} | {change}{r['format']:.2f} | {cells} |")
     return "\n".join(lines)
 
 
@@ -155,7 +178,52 @@ def curves_section(tests: dict[str, dict[str, dict]]) -> list[str]:
             f"± a normal 95% interval over the block's steps) and greedy accuracy of the same "
             f"step's model on the held-out set {HEADLINE_SET}. Curves: "
             f"`06_rl_reasoning_gym.png`, kept in `{CURVES.relative_to(RESULTS.parents[1])}/`.",
-            "", *lines, ""]
+            "", *lines, "", *trl_section(curves, held_out)]
+
+
+def trl_section(curves: dict[str, list[dict]], held_out: dict[str, dict]) -> list[str]:
+    """TRL's GRPOTrainer on the identical setting (curves/trl_grpo.jsonl) beside tunix_lite's GRPO:
+    the training reward step by step (both runs draw the same prompts at each step, so the
+    difference is taken step by step), held-out accuracy (paired on the same prompts), and each
+    policy's entropy measured both ways on the same samples (ENTROPY, rl_entropy.py)."""
+    if TRL not in curves or OURS not in curves:
+        return []
+    steps = min(len(curves[OURS]), len(curves[TRL]))
+    ours, theirs = (np.array([r["reward"] for r in curves[run][:steps]]) for run in (OURS, TRL))
+    diff = theirs - ours
+    half = 1.96 * diff.std(ddof=1) / np.sqrt(steps)
+    rows = [(f"training reward, steps 1-{steps}", f"{ours.mean():.3f}", f"{theirs.mean():.3f}",
+             f"{diff.mean():+.3f} ± {half:.3f} by step; correlation "
+             f"{np.corrcoef(ours, theirs)[0, 1]:.2f}")]
+    if OURS in held_out and TRL in held_out:
+        a, b = held_out[OURS], held_out[TRL]
+        rows.append((f"held out ({HEADLINE_SET}, n={a['n']}), greedy", _ci(a), _ci(b),
+                     _paired(a, b) or "see the intervals"))
+        rows += [(f"{task}", _ci(a["per_task"][task]), _ci(b["per_task"][task]),
+                  _paired(a["per_task"][task], b["per_task"][task]))
+                 for task in a["per_task"]]
+    last = slice(steps - WINDOW, steps)
+    logged = [np.mean([r["entropy"] for r in curves[run][last]]) for run in (OURS, TRL)]
+    rows.append((f"entropy as logged, steps {steps - WINDOW + 1}-{steps}",
+                 f"{logged[0]:.2f} (-log p of the sampled token)",
+                 f"{logged[1]:.2f} (exact)", ""))
+    if ENTROPY.is_file():
+        measured = json.loads(ENTROPY.read_text())
+        if OURS in measured and TRL in measured:
+            a, b = measured[OURS], measured[TRL]
+            n = f"{a['prompts']} prompts x {a['samples']} samples"
+            for key, what in (("exact", "exact H"), ("sampled", "-log p of the sampled token")):
+                cells = [f"{m[key]:.3f} [{m[key + '_ci95'][0]:.3f}, {m[key + '_ci95'][1]:.3f}]"
+                         for m in (a, b)]
+                rows.append((f"entropy at step {steps}, {what} ({n})", *cells, ""))
+    lines = ["| | tunix_lite GRPO | TRL GRPOTrainer | TRL - tunix_lite [95% CI] |",
+             "|---|---|---|---|"] + [f"| {' | '.join(row)} |" for row in rows]
+    return ["## TRL beside us", "",
+            f"TRL {TRL_VERSION}'s `GRPOTrainer` on the identical setting "
+            "(scripts/rl_trl_beside.py: the same start weights, prompt ids in the same order, "
+            "reward, schedule, LoRA and its initial A; only the sampling RNG differs), stopped "
+            "at the same step. Its adapters are committed as "
+            f"`course/results/rl_models/{TRL}`.", "", *lines, ""]
 
 
 def plot(curves: dict[str, list[dict]], path: Path) -> None:
@@ -173,8 +241,9 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
                 ax.plot(points[WINDOW - 1:, 0], np.convolve(points[:, 1], window, "valid"),
                         label=name)
     for ax, key in zip(axes, keys):
-        ax.set(title=key + (" (training rollouts)" if key.startswith("reward") else " (nats)"),
-               xlabel=f"step (mean of {WINDOW})")
+        ax.set_title(key + ("\n(training rollouts)" if key.startswith("reward") else
+                            f", nats\n({TRL}: exact H; others: -log p sampled)"), fontsize=9)
+        ax.set_xlabel(f"step (mean of {WINDOW})")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)  # TRL logs no per-task reward: the first panel has every run
     fig.savefig(path, dpi=110)
