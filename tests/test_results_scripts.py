@@ -86,7 +86,7 @@ def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch):
     interval, and the sampler's log-probs are the forward pass's."""
     monkeypatch.syspath_prepend(str(ROOT / "course" / "results" / "scripts"))
     rl_entropy = importlib.import_module("rl_entropy")
-    measured = rl_entropy.measure("tiny", "tiny", prompts=64, samples=8, seed=0)
+    measured = rl_entropy.measure("tiny", prompts=64, samples=8, seed=0)
     lo, hi = measured["sampled_minus_exact_ci95"]
     assert measured["tokens"] > 4000 and lo < 0 < hi and hi - lo < 0.1
     assert measured["max_abs_logprob_gap_cache_vs_recompute"] < 1e-4

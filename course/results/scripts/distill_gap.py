@@ -45,6 +45,8 @@ import sys
 import time
 from pathlib import Path
 
+from heldout import ratio_interval
+
 from tunix_lite.evaluation import wilson
 
 VARIANTS = {
@@ -77,10 +79,8 @@ def heldout(model, tokenizer, records, batch_size: int = 16) -> dict:
     sums, counts = map(np.concatenate, zip(*(map(np.asarray, per_row(model, batch))
                                              for batch in SFTBatches(data, batch_size, shuffle=False).epoch(0))))
     loss = float(sums.sum() / counts.sum())
-    draws = np.random.default_rng(0).integers(len(sums), size=(2000, len(sums)))
-    boot = sums[draws].sum(1) / counts[draws].sum(1)
     scores = TaskEval(model, tokenizer, records)()
-    return {"loss": loss, "loss_ci": [float(x) for x in np.percentile(boot, [2.5, 97.5])]} | scores | {
+    return {"loss": loss, "loss_ci": ratio_interval(sums, counts)} | scores | {
         "accuracy_ci": list(wilson(scores["accuracy"] * len(records), len(records))), "n": len(records)}
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from tunix_lite.evaluation import distinct_prompts, wilson
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -73,3 +75,11 @@ def samples(records, texts_by_model: dict[str, list[str]], per_domain: int = 1) 
             out.append({"domain": r["domain"], "prompt": r["prompt"], "answer": r["answer"],
                         "by_model": {model: texts[i] for model, texts in texts_by_model.items()}})
     return out
+
+
+def ratio_interval(sums, counts, draws: int = 2000, seed: int = 0) -> list[float]:
+    """95% percentile bootstrap interval of sum(sums) / sum(counts), a token-weighted mean, with the
+    units (prompts, rows) resampled with replacement: their tokens stay together."""
+    sums, counts = np.asarray(sums, float), np.asarray(counts, float)
+    picks = np.random.default_rng(seed).integers(len(sums), size=(draws, len(sums)))
+    return [float(x) for x in np.percentile(sums[picks].sum(1) / counts[picks].sum(1), [2.5, 97.5])]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heldout import RESULTS
+from heldout import RESULTS, ratio_interval
 
 HELD_OUT = ("reasoning_gym:products,chain_sum?size=1000&seed=31&products.max_digits=1"
             "&chain_sum.max_terms=2&chain_sum.max_digits=2")
@@ -70,23 +70,12 @@ def per_token(model, tokenizer, records, samples: int, seed: int):
         log_p.append(np.asarray(lp))
     exact, log_p = np.concatenate(exact), np.concatenate(log_p)
     mask = rows["weights"] > 0
-    prompt = np.repeat(np.arange(len(records)), samples)[:, None] * np.ones_like(mask, int)
+    prompt = np.broadcast_to(np.repeat(np.arange(len(records)), samples)[:, None], mask.shape)
     gap = float(np.abs(log_p - rows["sampler_logprobs"])[mask].max())
     return exact[mask], -log_p[mask], prompt[mask], gap
 
 
-def bootstrap(values: dict[str, np.ndarray], prompt: np.ndarray, draws: int = 2000,
-              seed: int = 0) -> dict[str, list[float]]:
-    """95% percentile intervals of each token-weighted mean, prompts resampled with replacement."""
-    n = prompt.max() + 1
-    sums = {k: np.bincount(prompt, v, minlength=n) for k, v in values.items()}
-    counts = np.bincount(prompt, minlength=n)
-    picks = np.random.default_rng(seed).integers(0, n, (draws, n))
-    return {k: np.percentile(s[picks].sum(1) / counts[picks].sum(1), [2.5, 97.5]).tolist()
-            for k, s in sums.items()}
-
-
-def measure(name: str, path: str, prompts: int, samples: int, seed: int) -> dict:
+def measure(path: str, prompts: int, samples: int, seed: int) -> dict:
     from tunix_lite.model_eval import eval_records
     from tunix_lite.training.stopped_run import load_model_or_run
 
@@ -94,7 +83,8 @@ def measure(name: str, path: str, prompts: int, samples: int, seed: int) -> dict
     records, _ = eval_records(HELD_OUT, n=prompts)
     exact, sampled, prompt, gap = per_token(model, tokenizer, records, samples, seed)
     values = {"exact": exact, "sampled": sampled, "sampled_minus_exact": sampled - exact}
-    ci = bootstrap(values, prompt)
+    counts = np.bincount(prompt)  # a prompt's completions are resampled together
+    ci = {k: ratio_interval(np.bincount(prompt, v), counts) for k, v in values.items()}
     return {"model": path, "prompts": len(records), "samples": samples, "tokens": int(exact.size),
             **{k: float(v.mean()) for k, v in values.items()},
             **{f"{k}_ci95": ci[k] for k in values},
@@ -112,7 +102,7 @@ def main(argv=None) -> int:
     found = json.loads(args.out.read_text()) if args.out.is_file() else {}
     for item in args.models:
         name, _, path = item.partition("=")
-        found[name] = measure(name, path, args.prompts, args.samples, args.seed)
+        found[name] = measure(path, args.prompts, args.samples, args.seed)
         args.out.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
     print(f"{'model':<14} {'tokens':>6}  {'exact H':<20} {'sampled -log p':<20} sampled - exact")
     for name, r in found.items():
