@@ -71,9 +71,10 @@ from tunix_lite.reasoning_eval import pass_at_k, plot_scaling, plot_stages, scal
 # ## 1. A recipe is a file of stages
 #
 # A reasoning model is rarely one training run. The usual recipe: **SFT** teaches the format
-# (`<reasoning>…</reasoning><answer>…</answer>`) from demonstrations; **DPO** moves probability away from
-# answers we know are flawed; **GRPO** lets the model learn from its own samples, scored by a verifier. Each step
-# starts from the model the previous one produced.
+# (`<reasoning>…</reasoning><answer>…</answer>`) from demonstrations; **DPO** moves probability from the
+# model's own wrong answers to its own right ones (pairs sampled from the SFT model and judged by the verifier);
+# **GRPO** lets the model learn from its own samples, scored by a verifier. Each step starts from the model the
+# previous one produced.
 #
 # `tunix-lite run FILE.yaml` runs such a recipe. Its file is one mapping: the base `model`, the `data`, `defaults`
 # every stage shares, the `stages` (each a config of a registered algorithm, the same keys as
@@ -87,15 +88,15 @@ pipeline_values = {
     "model": "tiny",
     "data": {"style": "reasoning", "domains": ["arithmetic", "compare", "sort", "count", "sequence", "instruction"],
              "weights": {"arithmetic": 2, "compare": 1, "sort": 1, "count": 1, "sequence": 2, "instruction": 1},
-             "n_train": 400 if CI else 1200, "n_validation": 16 if CI else 32, "n_test": 64,
-             "n_pairs": 48 if CI else 400},
+             "n_train": 400 if CI else 1200, "n_validation": 16 if CI else 32, "n_test": 64},
     "defaults": {"seq_len": 160, "truncation": "drop", "batch_size": 8, "checkpoint_every": 20,
                  "eval_every": 0, "log_every": 5, "n_accuracy": 0},
     "stages": [
         {"name": "sft", "algorithm": "sft", "steps": 16 if CI else 60, "packing": True, "learning_rate": 1e-3,
          "warmup_steps": 3},
-        {"name": "dpo", "algorithm": "dpo", "steps": 4 if CI else 30, "learning_rate": 2e-5, "warmup_steps": 1,
-         "beta": 0.1},
+        {"name": "dpo", "algorithm": "dpo", "steps": 4 if CI else 30, "learning_rate": 5e-5, "warmup_steps": 1,
+         "beta": 0.1, "nll_weight": 1.0,
+         "on_policy_pairs": {"prompts": 64 if CI else 1024, "samples": 8, "max_new_tokens": 64}},
         {"name": "grpo", "algorithm": "grpo", "steps": 2 if CI else 30, "learning_rate": 1e-5, "warmup_steps": 1,
          "batch_size": 4, "group_size": 4, "max_new_tokens": 64, "rewards": ["exact_match", "reasoning_format"]},
     ],
@@ -150,6 +151,23 @@ print(f"finished={result.finished} in {time.perf_counter() - start:.0f} s; outpu
       f"{sorted(p.name for p in result.output_dir.iterdir())}")
 
 # %% [markdown]
+# The DPO stage trained on pairs of the SFT model's own replies: for each prompt, 8 samples judged by the
+# verifier, chosen a right one and rejected a wrong one. **Predict:** how many of the prompts gave a pair? More or
+# fewer than the prompts whose 8 replies were all wrong?
+
+# %%
+pairs_dir = result.output_dir / "pairs" / "dpo"
+counts = json.loads((pairs_dir / "counts.json").read_text())
+for split in ("train", "validation"):
+    print(f"{split:>10}: " + ", ".join(f"{k} {v}" for k, v in counts[split].items()))
+pair = json.loads((pairs_dir / "train.jsonl").read_text().splitlines()[0])
+print(f"\n{pair['prompt']}\n  chosen:   {pair['chosen']}\n  rejected: {pair['rejected']}")
+
+# %% [markdown]
+# A prompt the model always gets right, or always wrong, says nothing about which of its answers to prefer, just
+# as a GRPO group with equal rewards has no advantage. The pairs that remain are mistakes this model actually
+# makes, beside answers it can actually write.
+#
 # ## 3. Did the reasoning improve?
 #
 # One row per model, measured on the same held-out prompts: greedy accuracy with its 95% interval, its change

@@ -4,6 +4,7 @@ configs, the pipeline and the reward registry. The pool tests share the process'
 its workers start once."""
 
 import collections
+import re
 import sys
 
 import pytest
@@ -51,8 +52,9 @@ def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
      "'leg_counting.max_animals=[2': cannot read '[2' as a number"),
     (f"{LEGS}?size=0", "size=0: need at least 1 example"),
     (f"{LEGS}?size=many", "'size=many': size must be an integer, got 'many'"),
-    (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed nor TASK.KEY for a "
-                            "task of the spec (leg_counting)"),
+    (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed, style nor TASK.KEY "
+                            "for a task of the spec (leg_counting)"),
+    (f"{LEGS}?style=cot", "'style=cot': style must be one of answer, reasoning"),
     ("reasoning_gym:basic_arithmetic?basic_arithmetic.max_terms=1",
      "basic_arithmetic rejects its config {'max_terms': 1}"),
 ])
@@ -83,6 +85,32 @@ def test_records_mix_the_tasks_evenly_and_are_a_function_of_the_seed():
     worked = make_records("reasoning_gym:gsm_symbolic?size=1")[0]["completion"]
     assert worked.startswith("<reasoning>") and "</reasoning><answer>" in worked
     assert "####" not in worked
+
+
+@pytest.mark.parametrize("expression, answer, trace", [
+    ("48 - 91 + 7", "-36", "48 - 91 = -43\n-43 + 7 = -36"),
+    ("-7 - -1", "-6", "-7 - -1 = -6"),
+    ("3 * 4 * 5", "60", "3 * 4 = 12\n12 * 5 = 60"),
+    ("2 + 3 * 4", "14", "2 + 3 * 4 = 14"),         # precedence: not left to right, so one line
+    ("( 6 + 2 ) / 4", "2", "( 6 + 2 ) / 4 = 2"),
+    ("4 + 1", "6", "4 + 1 = 6"),                   # steps that miss the reference: never written
+])
+def test_an_arithmetic_trace_is_one_operation_a_line_where_that_is_the_order(expression, answer, trace):
+    entry = {"answer": answer, "metadata": {"expression": expression}}
+    assert reasoning_gym.arithmetic_trace(entry) == trace
+
+
+def test_style_reasoning_writes_a_trace_before_the_answer_where_the_task_has_one():
+    spec = "reasoning_gym:chain_sum,leg_counting?size=20&seed=3&chain_sum.max_terms=3"
+    plain, traced = make_records(spec), make_records(f"{spec}&style=reasoning")
+    assert [r["prompt"] for r in plain] == [r["prompt"] for r in traced]  # only the demonstrations differ
+    for before, after in zip(plain, traced):
+        answer = before["answer"]
+        if before["domain"] == "chain_sum":
+            steps = after["completion"].removeprefix("<reasoning>").split("</reasoning>")[0].splitlines()
+            assert steps[-1].endswith(f"= {answer}") and after["completion"].endswith(f"<answer>{answer}</answer>")
+        else:  # no trace for leg counting: the answer alone, as without the style
+            assert after["completion"] == before["completion"] == f"<answer>{answer}</answer>"
 
 
 def test_train_data_takes_a_spec_with_an_unseen_validation_split_by_default():
@@ -189,3 +217,28 @@ def test_math_verify_backs_the_math_reward_where_installed_and_the_rules_stay(mo
     assert reward_math(None, completions, references) == [1.0, 0.0, 1.0]  # untagged: no answer
     monkeypatch.setitem(sys.modules, "tunix_lite.math_latex", None)  # as without math-verify
     assert reward_math(None, completions, references) == [0.0, 0.0, 1.0]
+
+
+@pytest.mark.slow
+def test_test_prompts_a_stage_trained_on_are_counted_and_the_rest_scored_apart(tmp_path, capsys):
+    """One-digit products have 100 questions, so another seed's test prompts are mostly training prompts: the
+    run says how many, and the table adds greedy accuracy on the others, with its interval."""
+    products = "reasoning_gym:products?products.max_digits=1"
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"), "export": False,
+        "data": {"train": f"{products}&size=60&seed=1", "test": f"{products}&size=40&seed=2"},
+        "defaults": {"seq_len": 96, "warmup_steps": 0, "batch_size": 2, "eval_every": 0, "n_accuracy": 0},
+        "stages": [{"name": "sft", "algorithm": "sft", "steps": 1}],
+        "evaluation": {"n_prompts": 30, "samples": 1, "scaling": [1], "max_new_tokens": 4}}))
+    assert main(["run", str(path)]) == 0
+    trained = {r["prompt"] for r in make_records(f"{products}&size=60&seed=1")}
+    tested = [r["prompt"] for r in make_records(f"{products}&size=40&seed=2")]
+    tested = list(dict.fromkeys(tested))[:30]
+    seen = sum(prompt in trained for prompt in tested)
+    assert 0 < seen < 30
+    assert (f"evaluation: {seen} of the 30 test prompts are also training prompts" in capsys.readouterr().out)
+    header, _, base, sft = (tmp_path / "run" / "report" / "table.md").read_text().splitlines()
+    assert f"| unseen, {30 - seen} [95% CI] |" in header
+    column = header.split(" | ").index(f"unseen, {30 - seen} [95% CI]")
+    assert re.fullmatch(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", sft.split(" | ")[column])

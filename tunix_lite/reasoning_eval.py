@@ -256,7 +256,8 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
     Where the reports count their prompts (summary["n"]), greedy accuracy carries its 95% Wilson
     interval, and "vs previous" is the change from the row above on the same prompts, with the
     paired interval (`paired_difference`): a stage helped or hurt only where that interval
-    excludes 0."""
+    excludes 0. Where some test prompts were also training prompts (summary["n_unseen"] < n),
+    "unseen" is greedy accuracy on the others, with its interval: the held-out figure proper."""
     if not reports:
         return "(no evaluations yet)\n", {}
     table = {stage: dict(r.summary) for stage, r in reports.items()}
@@ -270,6 +271,8 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
                           if k.startswith("accuracy/")})
         greedy = ([("accuracy", "greedy acc [95% CI]"), ("vs_previous", "vs previous [95% CI]")]
                   if "n" in first else list(_COLUMNS[:1]))
+        if first.get("n_unseen", first.get("n")) != first.get("n"):  # some were trained on
+            greedy.append(("unseen", f"unseen, {first['n_unseen']} [95% CI]"))
         columns = (greedy + sampled + list(_COLUMNS[1:])
                    + [(f"accuracy/{d}", d) for d in domains])
     else:  # another evaluation's figures (e.g. the agent's with / without the tool), as they come
@@ -292,6 +295,10 @@ def _add_intervals(reports: Mapping[str, ReasoningReport], table: dict) -> None:
         n = int(report.summary.get("n", 0))
         if n and "accuracy" in report.summary:
             table[stage]["ci95"] = list(wilson(report.summary["accuracy"] * n, n))
+        n_unseen = int(report.summary.get("n_unseen", 0))
+        if n_unseen:
+            table[stage]["unseen_ci95"] = list(wilson(report.summary["unseen"] * n_unseen,
+                                                      n_unseen))
         right = report.greedy_right
         if previous is not None and right and len(right) == len(previous):
             table[stage]["vs_previous"] = list(paired_difference(previous, right))
@@ -302,8 +309,9 @@ def _cell(key: str, row: Mapping) -> str:
     value = row.get(key)
     if value is None:
         return "-"
-    if key == "accuracy" and "ci95" in row:
-        return f"{value:.2f} [{row['ci95'][0]:.2f}, {row['ci95'][1]:.2f}]"
+    interval = row.get({"accuracy": "ci95", "unseen": "unseen_ci95"}.get(key, ""))
+    if interval is not None:
+        return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
     if key == "vs_previous":
         return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]"
     return f"{value:.1f}" if key == "length" else f"{value:.2f}"

@@ -5,14 +5,18 @@ its own scorer. A spec names the tasks, the global size and seed, and each task'
 (values read as YAML):
 
     reasoning_gym:leg_counting,basic_arithmetic?size=500&seed=7&basic_arithmetic.max_terms=2
+    reasoning_gym:chain_sum,products?style=reasoning     # demonstrations with a worked trace
 
     train_data: reasoning_gym:leg_counting?size=2000    # a config file (SFT, GRPO, PPO, ...)
     rewards: [reasoning_gym]                            # the task's own scorer, in a worker pool
     records = make_records("reasoning_gym:leg_counting", size=64, seed=1)
 
 A record is {"prompt", "answer", "domain" (the task), "entry" (JSON: the task's entry plus its
-name and config, what its scorer reads), "completion" (an SFT demonstration)}. The tasks share the
-size evenly and are shuffled together: the records are a pure function of the spec.
+name and config, what its scorer reads), "completion" (an SFT demonstration)}. The demonstration is
+`<answer>ANSWER</answer>`; with `style=reasoning`, `<reasoning>TRACE</reasoning><answer>ANSWER
+</answer>` where a trace exists: the task's own worked solution (gsm_symbolic's `answer_cot`), or
+one written here by procedure (`TRACES`: the arithmetic tasks, one operation a line). The tasks
+share the size evenly and are shuffled together: the records are a pure function of the spec.
 
 Each task is generated from its own seed, a hash of (task, seed): reasoning-gym draws item i from
 `Random(seed + i)`, so seeds 7 and 8 would share all items but one, while hashed seeds lie far
@@ -38,6 +42,7 @@ SIZE, SEED = 1000, 0  # a spec's size and seed unless it sets them
 INSTRUCTION = "End your reply with your final answer inside <answer></answer> tags."
 GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
 INSTALL = "reasoning_gym data needs the tasks extra: pip install 'tunix-lite[tasks]'"
+STYLES = ("answer", "reasoning")  # demonstrations: the tagged answer alone, or a trace before it
 _NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
 
 
@@ -48,6 +53,7 @@ class TaskSpec:
     tasks: dict[str, dict]
     size: int = SIZE
     seed: int = SEED
+    style: str = "answer"  # or "reasoning": demonstrations with a trace where one exists
 
 
 def is_spec(source) -> bool:
@@ -91,6 +97,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              "print(r.task_names())\"")
         tasks[name] = {}
     values = {"size": SIZE, "seed": SEED}
+    style = "answer"
     for part in filter(None, query.split("&")):
         key, eq, text = part.partition("=")
         if not eq:
@@ -98,7 +105,11 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              f"{name}.KEY=VALUE")
         value = _value(spec, part, text)
         task, dot, field = key.rpartition(".")
-        if not dot and key in values:
+        if key == "style":
+            if value not in STYLES:
+                raise ValueError(f"{spec}: {part!r}: style must be one of {', '.join(STYLES)}")
+            style = value
+        elif not dot and key in values:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{spec}: {part!r}: {key} must be an integer, got {text!r}")
             values[key] = value
@@ -110,8 +121,8 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                                  f"{', '.join(own)}")
             tasks[task][field] = value
         else:
-            raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed nor TASK.KEY for a "
-                             f"task of the spec ({', '.join(tasks)})")
+            raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed, style nor TASK.KEY "
+                             f"for a task of the spec ({', '.join(tasks)})")
     if values["size"] < 1:
         raise ValueError(f"{spec}: size={values['size']}: need at least 1 example")
     # the task's own checks: ranges, min <= max when it is built, others (simple_equations'
@@ -122,7 +133,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
         except Exception as e:  # noqa: BLE001 - upstream raises AssertionError, TypeError, ...
             raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
                              f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
-    return TaskSpec(tasks, values["size"], values["seed"])
+    return TaskSpec(tasks, values["size"], values["seed"], style)
 
 
 def _value(spec: str, part: str, text: str):
@@ -151,10 +162,11 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
     """`size` records (default: the spec's) of the spec's tasks in equal shares (the first few one
     more), shuffled together; `seed` replaces the spec's (another seed: other prompts).
 
-    The completion is `<answer>ANSWER</answer>`, or `<reasoning>SOLUTION</reasoning><answer>ANSWER
-    </answer>` where the task's metadata carries a worked solution (gsm_symbolic's `answer_cot`).
-    A task whose entries have no single reference answer (rush_hour, graph_color, ...) is refused:
-    it could be neither demonstrated nor exact-matched.
+    The completion is `<reasoning>TRACE</reasoning><answer>ANSWER</answer>` where the task's
+    metadata carries a worked solution (gsm_symbolic's `answer_cot`) or, with `style=reasoning`,
+    where `TRACES` writes one; else `<answer>ANSWER</answer>`. A task whose entries have no single
+    reference answer (rush_hour, graph_color, ...) is refused: it could be neither demonstrated nor
+    exact-matched.
     """
     from tunix_lite.data.synthetic import ANSWER_CLOSE, ANSWER_OPEN, write_completion
 
@@ -174,15 +186,50 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
                 raise ValueError(f"{PREFIX}{task}: its entries have no reference answer "
                                  f"({answer!r}), so they can be neither SFT demonstrations nor "
                                  "exact-matched; choose another task")
-            solution = entry["metadata"].get("answer_cot")  # "steps\n#### answer"
-            completion = (write_completion(solution.rpartition("####")[0].strip(), answer,
-                                           "reasoning")
-                          if isinstance(solution, str) else f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")
+            trace = _trace(task, entry, spec.style)
+            completion = (write_completion(trace, answer, "reasoning") if trace is not None
+                          else f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}")
             records.append({"prompt": f"{entry['question'].rstrip()}\n\n{INSTRUCTION}",
                             "answer": answer, "domain": task,
                             "entry": _entry_json(task, config, entry), "completion": completion})
     random.Random(f"reasoning_gym/{seed}").shuffle(records)
     return records
+
+
+def _trace(task: str, entry: dict, style: str) -> str | None:
+    """The worked steps before an entry's answer: the task's own solution, or with style
+    "reasoning" one written by procedure (None: the task has neither)."""
+    solution = entry["metadata"].get("answer_cot")  # "steps\n#### answer"
+    if isinstance(solution, str):
+        return solution.rpartition("####")[0].strip()
+    if style == "reasoning" and task in TRACES:
+        return TRACES[task](entry)
+    return None
+
+
+def arithmetic_trace(entry: dict) -> str:
+    """One operation a line, left to right, for an expression of integers joined by + and - (or by
+    * alone), where left to right is the order of evaluation: "12 + 7 = 19\n19 - 4 = 15". Any other
+    expression (precedence, division, brackets) is one line: "EXPRESSION = ANSWER"."""
+    expression, answer = entry["metadata"]["expression"], entry["answer"]
+    terms = expression.split()
+    numbers, operators = terms[0::2], terms[1::2]
+    if (len(terms) < 3 or len(terms) % 2 == 0
+            or not all(n.lstrip("-").isdigit() for n in numbers)
+            or not (set(operators) <= {"+", "-"} or set(operators) == {"*"})):
+        return f"{expression} = {answer}"
+    value, lines = int(numbers[0]), []
+    for operator, text in zip(operators, numbers[1:]):
+        term = int(text)
+        result = {"+": value + term, "-": value - term, "*": value * term}[operator]
+        lines.append(f"{value} {operator} {text} = {result}")
+        value = result
+    return "\n".join(lines) if str(value) == answer else f"{expression} = {answer}"
+
+
+# a task's trace by procedure: the tasks whose metadata carry the expression they ask about
+TRACES = {"basic_arithmetic": arithmetic_trace, "chain_sum": arithmetic_trace,
+          "products": arithmetic_trace}
 
 
 def _entry_json(task: str, config: dict, entry: dict) -> str:

@@ -13,6 +13,8 @@ The file (every key: the sections in tunix_lite/pipeline/spec.py):
     defaults: {seq_len: 128, checkpoint_every: 20}  # keys every stage gets unless it sets them
     stages:
       - {name: sft, algorithm: sft, steps: 60}      # a config of a registered algorithm
+      - {name: dpo, algorithm: dpo, steps: 30,      # pairs of its start model's own samples,
+         on_policy_pairs: {prompts: 1024, samples: 8}}  # judged by the verifier (OnPolicyPairs)
       - {name: grpo, algorithm: grpo, steps: 40}    # starts from the previous stage's output
     evaluation: {n_prompts: 64, samples: 16}        # EvalSpec; null: no evaluation
     export: true                                    # export/: the last stage's model (HF + Orbax)
@@ -21,7 +23,9 @@ Each stage is one algorithm run in `output_dir/<name>` with the shared run harne
 checkpoints and resumes as `tunix-lite train` does. A stage starts from the model another stage
 wrote (`from:`, by default the stage before it; `from: base` is the base model): full fine-tuning's
 `model/`, or for LoRA the adapters merged into that stage's base (`merged/`), so the next stage's
-LoRA reference policy is the previous stage's model.
+LoRA reference policy is the previous stage's model. A preference stage trains on the data
+section's pairs, or with `on_policy_pairs` on pairs sampled from the model it starts from
+(`output_dir/pairs/<name>`; tunix_lite.preference.on_policy).
 
 spec.py: before any compute the file's sections and every stage's config are built and checked, each
 stage as its algorithm's own config (the same checked dataclass `tunix-lite train` builds, rewards

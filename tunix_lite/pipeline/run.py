@@ -13,11 +13,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
-from tunix_lite.pipeline.spec import (Budget, DataSpec, Pipeline, Stage, read_json, read_state,
-                                      source_marker, stage_done, stage_marker, stage_values,
-                                      write_json)
+from tunix_lite.pipeline.spec import (Budget, DataSpec, Pipeline, Stage, on_policy_folder,
+                                      prompt_sources, read_json, read_state, source_marker,
+                                      stage_done, stage_marker, stage_values, write_json)
 from tunix_lite.training.config import ConfigError
 
 
@@ -59,8 +60,9 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
                               time.monotonic() - start)
 
     if pipeline.evaluation is not None:
+        unseen = _unseen_test_prompts(pipeline, say)
         base = {"id": "base", "model_dir": pipeline.spec.model}
-        reports["base"] = _evaluate(pipeline, "base", base, say)
+        reports["base"] = _evaluate(pipeline, "base", base, unseen, say)
         report()
     # a session always trains at least one step (Trainer.fit's deadline), so it makes progress
     trained = False
@@ -81,12 +83,12 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
             if budget.spent():
                 return paused()
             reports[stage.name] = _evaluate(pipeline, stage.name, stage_marker(pipeline, stage),
-                                            say)
+                                            unseen, say)
             say(report())
     if pipeline.spec.export:
         _export(pipeline, say)
     table = stage_table(reports)[0]
-    say(f"done: {root} (report/, export/)")
+    say(f"done: {root} (report/{', export/' if pipeline.spec.export else ''})")
     return PipelineResult(True, reports, table, root, time.monotonic() - start)
 
 
@@ -104,7 +106,7 @@ def prepare_data(pipeline: Pipeline, say=print) -> None:
     folder = pipeline.root / "data"
     wanted = dataclasses.asdict(data)
     names = ["train", "validation", "test"]
-    if any(s.uses_pairs for s in pipeline.stages):
+    if any(s.uses_data_pairs for s in pipeline.stages):
         names += ["pairs_train", "pairs_validation"]
     if (folder / "spec.json").is_file() and read_json(folder / "spec.json") != wanted:
         raise ConfigError(f"data: the file's data section changed since {folder} was written; "
@@ -116,11 +118,7 @@ def prepare_data(pipeline: Pipeline, say=print) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in missing:
         rows = _synthetic_split(data, name)
-        tmp = folder / f".{name}.jsonl.partial"
-        with tmp.open("w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(dict(row)) + "\n")
-        os.replace(tmp, folder / f"{name}.jsonl")
+        _write_jsonl(folder / f"{name}.jsonl", rows)
         say(f"data: wrote {name} ({len(rows)}) to {folder}")
     write_json(folder / "spec.json", wanted)
 
@@ -181,6 +179,8 @@ def _train_stage(pipeline: Pipeline, stage: Stage, budget: Budget, say) -> bool:
     if before and started_from is not None and started_from != source["id"]:
         raise ConfigError(f"stage {stage.name!r} has checkpoints from an earlier run of "
                           f"{stage.source!r}; delete {directory} to train it from the new one")
+    if stage.on_policy_pairs is not None and not before:
+        _sample_pairs(pipeline, stage, source, say)
     values = stage_values(pipeline.spec, stage, str(source["model_dir"]))
     if budget.max_minutes is not None:
         values["max_minutes"] = max(budget.left() / 60, 1e-3)
@@ -203,6 +203,55 @@ def _train_stage(pipeline: Pipeline, stage: Stage, budget: Budget, say) -> bool:
     return True
 
 
+def _sample_pairs(pipeline: Pipeline, stage: Stage, source: dict, say) -> None:
+    """pairs/<stage>/{train,validation}.jsonl: preference pairs sampled from the model the stage
+    starts from, on the pipeline's training and validation prompts, judged by their verifier
+    (tunix_lite.preference.on_policy). Written once per source model; counts.json says how many
+    prompts gave a pair."""
+    from tunix_lite.evaluation import distinct_prompts
+    from tunix_lite.loading import load
+    from tunix_lite.preference.on_policy import on_policy_pairs
+    from tunix_lite.training.inputs import load_prompt_records
+
+    folder = on_policy_folder(pipeline.spec, stage)
+    settings = stage.on_policy_pairs
+    key = {"from": source["id"], "settings": dataclasses.asdict(settings)}
+    if (read_json(folder / "counts.json") or {}).get("key") == key:
+        return
+    records = load_prompt_records(*prompt_sources(pipeline.spec), pipeline.data.n_validation)
+    model, tokenizer = load(source["model_dir"])
+    model.eval()
+    counts = {}
+    for split, rows in zip(("train", "validation"), records):
+        rows = distinct_prompts(rows, settings.prompts if split == "train" else None)
+        say(f"[{stage.name}] on-policy pairs: {len(rows)} {split} prompts x {settings.samples} "
+            f"samples from {stage.source}")
+        pairs, counts[split] = on_policy_pairs(
+            model, tokenizer, rows, samples=settings.samples, temperature=settings.temperature,
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+            seed=settings.seed + (split == "validation"))
+        if not pairs:
+            c = counts[split]
+            raise ConfigError(f"stage {stage.name!r}: on_policy_pairs: none of {c['prompts']} "
+                              f"{split} prompts had both a right and a wrong sample "
+                              f"({c['all_right']} all right, {c['all_wrong']} all wrong); raise "
+                              "samples or prompts, or start the stage from another model")
+        _write_jsonl(folder / f"{split}.jsonl", pairs)
+        say(f"[{stage.name}] {split}: {len(pairs)} pairs ({counts[split]['all_right']} prompts "
+            f"all right, {counts[split]['all_wrong']} all wrong)")
+    write_json(folder / "counts.json", counts | {"key": key})
+
+
+def _write_jsonl(path: Path, rows) -> None:
+    """Write then rename: a kill never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(dict(row)) + "\n")
+    os.replace(tmp, path)
+
+
 def _steps_done(directory: Path) -> int:
     from tunix_lite.training.harness import _checkpoint_steps
 
@@ -221,9 +270,44 @@ def _write_merged(stage_dir: Path, result) -> Path:
 # ----------------------------------------------------------------------------- evaluation, export
 
 
-def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
+def _unseen_test_prompts(pipeline: Pipeline, say) -> np.ndarray:
+    """[n_prompts] bool: which test prompts no stage trains on. A task with few distinct questions
+    (one-digit products: 100) repeats them under any seed, so a test seed alone does not hold a
+    prompt out; the table then adds the accuracy on the unseen ones."""
+    from tunix_lite.data import reasoning_gym
+    from tunix_lite.data.records import load_records
+
+    sources = set()
+    for stage in pipeline.stages:
+        if stage.on_policy_pairs is not None:  # its pairs' prompts come from the training prompts
+            sources.add(str(prompt_sources(pipeline.spec)[0]))
+        else:
+            sources.add(stage_values(pipeline.spec, stage, pipeline.spec.model)["train_data"])
+    trained = set()
+    for source in sources:
+        if reasoning_gym.is_spec(source):
+            trained |= {r["prompt"] for r in reasoning_gym.make_records(source)}
+        else:
+            trained |= set(load_records(source)["prompt"])
+    unseen = np.array([r["prompt"] not in trained for r in _test_records(pipeline)])
+    if not unseen.all():
+        say(f"evaluation: {int((~unseen).sum())} of the {unseen.size} test prompts are also "
+            "training prompts (a task with few distinct questions repeats them); the table's "
+            f"unseen column scores the other {int(unseen.sum())}")
+    return unseen
+
+
+def _with_unseen(report, unseen: np.ndarray):
+    """The report with summary["unseen"] (greedy accuracy on the unseen prompts) and "n_unseen"."""
+    right = np.asarray(report.greedy_right or [], float)
+    if right.size == unseen.size and unseen.any():
+        report.summary |= {"unseen": float(right[unseen].mean()), "n_unseen": int(unseen.sum())}
+    return report
+
+
+def _evaluate(pipeline: Pipeline, name: str, marker: dict, unseen: np.ndarray, say) -> Any:
     """The held-out evaluation of the model a stage marker names (cached in <name>/eval.json for
-    that marker)."""
+    that marker), with its accuracy on the `unseen` test prompts."""
     from tunix_lite.evaluation import reward_for
     from tunix_lite.loading import load
     from tunix_lite.reasoning_eval import ReasoningReport, evaluate_reasoning
@@ -233,7 +317,8 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
     spec = pipeline.evaluation
     key = {"model": marker["id"], "evaluation": dataclasses.asdict(spec)}
     if cached is not None and cached.get("key") == key and "greedy_right" in cached:
-        return ReasoningReport.from_json(cached)  # (one without per-prompt verdicts is redone)
+        # (one without per-prompt verdicts is redone)
+        return _with_unseen(ReasoningReport.from_json(cached), unseen)
     model, tokenizer = load(marker["model_dir"])
     model.eval()
     records = _test_records(pipeline)
@@ -254,7 +339,7 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, say) -> Any:
                                     batch_size=spec.batch_size, scaling=spec.scaling,
                                     seed=spec.seed, reward_fn=reward_for(records))
     write_json(path, report.to_json() | {"key": key})
-    return report
+    return _with_unseen(report, unseen)
 
 
 def _export(pipeline: Pipeline, say) -> None:

@@ -119,6 +119,23 @@ class EvalSpec(Checked):
 
 
 @dataclasses.dataclass
+class OnPolicyPairs(Checked):
+    """A preference stage's pairs sampled from the model it starts from and judged by the verifier
+    (tunix_lite.preference.on_policy): chosen a right reply, rejected a wrong one."""
+
+    prompts: int = option(512, "training prompts sampled (each gives at most one pair)", ge=1)
+    samples: int = option(8, "replies sampled per prompt", ge=2)
+    temperature: float = option(1.0, "sampling temperature", gt=0)
+    max_new_tokens: int = option(96, "reply budget", ge=1)
+    batch_size: int = option(16, "prompts per sampler call", ge=1)
+    seed: int = option(0, "sampling seed")
+
+    @classmethod
+    def key_kind(cls) -> str:
+        return "an on_policy_pairs key"
+
+
+@dataclasses.dataclass
 class PipelineSpec(Checked):
     """The top level of a pipeline file."""
 
@@ -159,10 +176,16 @@ class Stage:
     source: str  # "base" or an earlier stage's name
     values: dict  # the file's keys for this stage (defaults merged in), before the pipeline's paths
     config: Any = None  # the algorithm's config, checked; its `model` is set when the stage starts
+    on_policy_pairs: OnPolicyPairs | None = None  # pairs sampled from the model it starts from
 
     @property
     def uses_pairs(self) -> bool:
         return self.algorithm in PREFERENCE_ALGORITHMS
+
+    @property
+    def uses_data_pairs(self) -> bool:
+        """Whether it trains on the data section's pairs (synthetic, or data.pairs_train)."""
+        return self.uses_pairs and self.on_policy_pairs is None
 
 
 @dataclasses.dataclass
@@ -236,8 +259,22 @@ def _check_stages(spec: PipelineSpec) -> list[Stage]:
             if key in raw:
                 raise ConfigError(f"{where}: {key}: set by the pipeline (the model from `from:`, "
                                   f"the folder output_dir/{name}); remove it from the stage")
+        on_policy = raw.pop("on_policy_pairs", None)
+        if on_policy not in (None, False):
+            if algorithm not in PREFERENCE_ALGORITHMS:
+                raise ConfigError(f"{where}: on_policy_pairs: only a stage that trains on pairs "
+                                  f"({', '.join(PREFERENCE_ALGORITHMS)}) samples them; remove it "
+                                  f"from this {algorithm} stage")
+            if any(key in raw for key in ("train_data", "validation_data")):
+                raise ConfigError(f"{where}: on_policy_pairs: the stage's pairs are sampled, so "
+                                  "it takes no train_data or validation_data; remove one of them")
+            on_policy = OnPolicyPairs.from_dict({} if on_policy is True else on_policy,
+                                                f"{where}: on_policy_pairs")
+        else:
+            on_policy = None
         stage = Stage(name, algorithm, source,
-                      {"checkpoint_every": CHECKPOINT_EVERY} | spec.defaults | raw)
+                      {"checkpoint_every": CHECKPOINT_EVERY} | spec.defaults | raw,
+                      on_policy_pairs=on_policy)
         try:
             values = stage_values(spec, stage, spec.model, check=True)
             stage.config = config_class(algorithm).from_dict(values)
@@ -264,22 +301,39 @@ def stage_values(spec: PipelineSpec, stage: Stage, model: str, *, check: bool = 
     return values
 
 
-def _data_files(spec: PipelineSpec, stage: Stage) -> tuple:
-    """The stage's (train, validation) sources: Paths, or reasoning_gym specs as written (a None
-    validation: drawn from the train spec's tasks)."""
+def prompt_sources(spec: PipelineSpec) -> tuple:
+    """The (train, validation) records a stage that trains on prompts reads: your own files as
+    Paths, reasoning_gym specs as written (a None validation: drawn from the train spec's tasks),
+    or the synthetic files in output_dir/data."""
     data = spec.data
-    if data.train is not None:  # your own files, as given
-        if stage.uses_pairs:
-            if data.pairs_train is None or data.pairs_validation is None:
-                raise ConfigError(f"data.pairs_train: stage {stage.name!r} ({stage.algorithm}) "
-                                  "trains on preference pairs; set data.pairs_train and "
-                                  "data.pairs_validation")
-            return Path(data.pairs_train), Path(data.pairs_validation)
+    if data.train is not None:
         return tuple(s if s is None or reasoning_gym.is_spec(s) else Path(s)
                      for s in (data.train, data.validation))
     folder = Path(spec.output_dir).expanduser() / "data"
-    prefix = "pairs_" if stage.uses_pairs else ""
-    return folder / f"{prefix}train.jsonl", folder / f"{prefix}validation.jsonl"
+    return folder / "train.jsonl", folder / "validation.jsonl"
+
+
+def on_policy_folder(spec: PipelineSpec, stage: Stage) -> Path:
+    """Where a stage's sampled pairs go: outside its own folder, which training starts afresh."""
+    return Path(spec.output_dir).expanduser() / "pairs" / stage.name
+
+
+def _data_files(spec: PipelineSpec, stage: Stage) -> tuple:
+    """The stage's (train, validation) sources: its prompts, or its preference pairs (sampled into
+    output_dir/pairs/STAGE, your pair files, or the synthetic ones)."""
+    if not stage.uses_pairs:
+        return prompt_sources(spec)
+    root, data = Path(spec.output_dir).expanduser(), spec.data
+    if stage.on_policy_pairs is not None:  # sampled when the stage starts (pipeline.run)
+        folder = on_policy_folder(spec, stage)
+        return folder / "train.jsonl", folder / "validation.jsonl"
+    if data.train is not None:  # your own files, as given
+        if data.pairs_train is None or data.pairs_validation is None:
+            raise ConfigError(f"data.pairs_train: stage {stage.name!r} ({stage.algorithm}) "
+                              "trains on preference pairs; set data.pairs_train and "
+                              "data.pairs_validation, or give the stage on_policy_pairs")
+        return Path(data.pairs_train), Path(data.pairs_validation)
+    return root / "data" / "pairs_train.jsonl", root / "data" / "pairs_validation.jsonl"
 
 
 # ----------------------------------------------------------------------------- the session budget
@@ -389,8 +443,11 @@ def plan(pipeline: Pipeline) -> str:
         c = stage.config
         done = " (done)" if stage_done(pipeline, stage) else ""
         lora = f", LoRA r{c.lora_rank}" if c.lora_rank else ""
+        pairs = stage.on_policy_pairs
+        sampled = (f", pairs from {pairs.prompts} prompts x {pairs.samples} samples"
+                   if pairs is not None else "")
         lines.append(f"  {stage.name}: {stage.algorithm} from {stage.source}, {c.steps} steps x "
-                     f"{c.batch_size}{lora}{done}")
+                     f"{c.batch_size}{lora}{sampled}{done}")
     if pipeline.evaluation is not None:
         e = pipeline.evaluation
         lines.append(f"  evaluation: {e.n_prompts} held-out prompts x {e.samples} samples after "

@@ -111,14 +111,21 @@ def _synthetic_domains(domains: Sequence[str] | None) -> tuple[str, ...]:
 def _file_data(config):
     """(train, validation) from train_data / validation_data: files, datasets directories or
     reasoning_gym specs."""
-    source = config.validation_data
+    return load_prompt_records(config.train_data, config.validation_data, config.n_validation)
+
+
+def load_prompt_records(train_data, validation_data, n_validation: int):
+    """(train, validation) `datasets.Dataset`s from a file, a datasets directory or a reasoning_gym
+    spec each; a None validation_data with a train spec: n_validation more of its items, none seen
+    in training."""
+    source = validation_data
     if source is None:
-        if not reasoning_gym.is_spec(config.train_data):
+        if not reasoning_gym.is_spec(train_data):
             raise ConfigError("validation_data: with train_data from a file, set "
                               "validation_data too")
-        spec = reasoning_gym.parse_spec(config.train_data)
-        source = dataclasses.replace(spec, size=config.n_validation, seed=spec.seed + 1)
-    train = _load_records(config.train_data, "train_data")
+        spec = reasoning_gym.parse_spec(train_data)
+        source = dataclasses.replace(spec, size=n_validation, seed=spec.seed + 1)
+    train = _load_records(train_data, "train_data")
     validation = _load_records(source, "validation_data")
     if isinstance(source, reasoning_gym.TaskSpec) or reasoning_gym.is_spec(source):
         # a task with few distinct questions repeats some under any seed: keep validation unseen
