@@ -350,13 +350,14 @@ print("reference:", problem["answer"])
 #
 # The `ci` profile's numbers above come from a few dozen steps and are not the point. The tables below come from
 # full runs, each labelled with the command that made it: first the tiny capstone and the agent on a CPU, then
-# Gemma 3 270M through the TPU profile on one GPU. `report/` of your own run holds the same tables.
+# Gemma 3 270M on reasoning-gym tasks on a CPU, and its TPU profile's earlier recipe (synthetic tasks) on one GPU.
+# `report/` of your own run holds the same tables.
 
 # %%
 from tunix_lite.course.results import show
 
 show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && tunix-lite run configs/agent_tiny.yaml")
-show("09_capstone_gemma", "tunix-lite run configs/capstone_gemma3_270m_tpu.yaml --max-minutes 500")
+show("09_capstone_gemma", "tunix-lite run configs/capstone_gemma3_270m.yaml")
 
 # %% [markdown]
 # ## 10. Start your own project
