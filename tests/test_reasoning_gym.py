@@ -55,6 +55,9 @@ def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
     (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed, style nor TASK.KEY "
                             "for a task of the spec (leg_counting)"),
     (f"{LEGS}?style=cot", "'style=cot': style must be one of answer, reasoning"),
+    (f"{LEGS}?leg_counting.weight=0", "'leg_counting.weight=0': a task's weight is its share of "
+                                      "the size, a number above 0; write e.g. leg_counting.weight=2"),
+    (f"{LEGS}?leg_counting.weight=true", "'leg_counting.weight=true': a task's weight is its share"),
     ("reasoning_gym:basic_arithmetic?basic_arithmetic.max_terms=1",
      "basic_arithmetic rejects its config {'max_terms': 1}"),
 ])
@@ -85,6 +88,20 @@ def test_records_mix_the_tasks_evenly_and_are_a_function_of_the_seed():
     worked = make_records("reasoning_gym:gsm_symbolic?size=1")[0]["completion"]
     assert worked.startswith("<reasoning>") and "</reasoning><answer>" in worked
     assert "####" not in worked
+
+
+def test_weights_share_the_size_in_proportion_and_equal_weights_change_nothing():
+    spec = "reasoning_gym:chain_sum,products,leg_counting?size=10&seed=3"
+    weighted = parse_spec(f"{spec}&products.weight=3&chain_sum.weight=1.5")
+    assert weighted.weights == {"products": 3, "chain_sum": 1.5}
+    # quotas 10 * (1.5, 3, 1) / 5.5 = (2.73, 5.45, 1.82): floors (2, 5, 1), the two records left
+    # go to the largest remainders, chain_sum's .73 and leg_counting's .82
+    assert reasoning_gym.task_shares(weighted, 10) == [3, 5, 2]
+    domains = collections.Counter(r["domain"] for r in make_records(weighted))
+    assert domains == {"chain_sum": 3, "products": 5, "leg_counting": 2}
+    equal = f"{spec}&products.weight=2&chain_sum.weight=2&leg_counting.weight=2"
+    assert make_records(equal) == make_records(spec)  # the first size % k tasks get one more
+    assert reasoning_gym.task_shares(parse_spec(spec), 10) == [4, 3, 3]
 
 
 @pytest.mark.parametrize("expression, answer, trace", [

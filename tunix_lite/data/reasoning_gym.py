@@ -6,6 +6,7 @@ its own scorer. A spec names the tasks, the global size and seed, and each task'
 
     reasoning_gym:leg_counting,basic_arithmetic?size=500&seed=7&basic_arithmetic.max_terms=2
     reasoning_gym:chain_sum,products?style=reasoning     # demonstrations with a worked trace
+    reasoning_gym:chain_sum,products?products.weight=3   # 3 products for each sum
 
     train_data: reasoning_gym:leg_counting?size=2000    # a config file (SFT, GRPO, PPO, ...)
     rewards: [reasoning_gym]                            # the task's own scorer, in a worker pool
@@ -16,7 +17,8 @@ name and config, what its scorer reads), "completion" (an SFT demonstration)}. T
 `<answer>ANSWER</answer>`; with `style=reasoning`, `<reasoning>TRACE</reasoning><answer>ANSWER
 </answer>` where a trace exists: the task's own worked solution (gsm_symbolic's `answer_cot`), or
 one written here by procedure (`TRACES`: the arithmetic tasks, one operation a line). The tasks
-share the size evenly and are shuffled together: the records are a pure function of the spec.
+share the size in proportion to their weights (`TASK.weight`, 1 unless set) and are shuffled
+together: the records are a pure function of the spec.
 
 Each task is generated from its own seed, a hash of (task, seed): reasoning-gym draws item i from
 `Random(seed + i)`, so seeds 7 and 8 would share all items but one, while hashed seeds lie far
@@ -31,9 +33,11 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 import yaml
 
@@ -43,6 +47,7 @@ INSTRUCTION = "End your reply with your final answer inside <answer></answer> ta
 GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
 INSTALL = "reasoning_gym data needs the tasks extra: pip install 'tunix-lite[tasks]'"
 STYLES = ("answer", "reasoning")  # demonstrations: the tagged answer alone, or a trace before it
+WEIGHT = "weight"  # TASK.weight=W: the task's share of the size (no task config has this key)
 _NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
 
 
@@ -54,6 +59,7 @@ class TaskSpec:
     size: int = SIZE
     seed: int = SEED
     style: str = "answer"  # or "reasoning": demonstrations with a trace where one exists
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)  # task -> share; unset: 1
 
 
 def is_spec(source) -> bool:
@@ -97,7 +103,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              "print(r.task_names())\"")
         tasks[name] = {}
     values = {"size": SIZE, "seed": SEED}
-    style = "answer"
+    style, weights = "answer", {}
     for part in filter(None, query.split("&")):
         key, eq, text = part.partition("=")
         if not eq:
@@ -113,12 +119,17 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{spec}: {part!r}: {key} must be an integer, got {text!r}")
             values[key] = value
+        elif task in tasks and field == WEIGHT:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{spec}: {part!r}: a task's weight is its share of the size, a "
+                                 f"number above 0; write e.g. {task}.weight=2")
+            weights[task] = value
         elif task in tasks:
             own = [f.name for f in dataclasses.fields(registry[task][1])
                    if f.name not in ("seed", "size")]
             if field not in own:
                 raise ValueError(f"{spec}: {part!r}: {task} has no config key {field!r}; it takes "
-                                 f"{', '.join(own)}")
+                                 f"{', '.join(own)} (and {WEIGHT}, its share of the size)")
             tasks[task][field] = value
         else:
             raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed, style nor TASK.KEY "
@@ -133,7 +144,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
         except Exception as e:  # noqa: BLE001 - upstream raises AssertionError, TypeError, ...
             raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
                              f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
-    return TaskSpec(tasks, values["size"], values["seed"], style)
+    return TaskSpec(tasks, values["size"], values["seed"], style, weights)
 
 
 def _value(spec: str, part: str, text: str):
@@ -159,8 +170,9 @@ def _dataset(task: str, config: dict, size: int, seed: int):
 
 def make_records(spec: str | TaskSpec, *, size: int | None = None,
                  seed: int | None = None) -> list[dict]:
-    """`size` records (default: the spec's) of the spec's tasks in equal shares (the first few one
-    more), shuffled together; `seed` replaces the spec's (another seed: other prompts).
+    """`size` records (default: the spec's) of the spec's tasks in shares proportional to their
+    weights (`task_shares`), shuffled together; `seed` replaces the spec's (another seed: other
+    prompts).
 
     The completion is `<reasoning>TRACE</reasoning><answer>ANSWER</answer>` where the task's
     metadata carries a worked solution (gsm_symbolic's `answer_cot`) or, with `style=reasoning`,
@@ -172,10 +184,8 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
 
     spec = parse_spec(spec)
     size, seed = size or spec.size, spec.seed if seed is None else seed
-    k = len(spec.tasks)
     records = []
-    for i, (task, config) in enumerate(spec.tasks.items()):
-        n = size // k + (i < size % k)
+    for (task, config), n in zip(spec.tasks.items(), task_shares(spec, size), strict=True):
         if not n:  # fewer items than tasks; reasoning-gym refuses an empty dataset
             continue
         dataset = _dataset(task, config, n, _task_seed(task, seed))
@@ -194,6 +204,19 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
                             "entry": _entry_json(task, config, entry), "completion": completion})
     random.Random(f"reasoning_gym/{seed}").shuffle(records)
     return records
+
+
+def task_shares(spec: TaskSpec, size: int) -> list[int]:
+    """How many of `size` records each task of the spec gets, in its order: size * weight / total
+    weight, rounded down, and the records left over one each to the largest remainders (the
+    earlier task on a tie), so equal weights give the first size % k tasks one more."""
+    weights = [Fraction(spec.weights.get(task, 1)) for task in spec.tasks]
+    quotas = [size * w / sum(weights) for w in weights]
+    shares = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (shares[i] - quotas[i], i))
+    for i in by_remainder[:size - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
 def _trace(task: str, entry: dict, style: str) -> str | None:
