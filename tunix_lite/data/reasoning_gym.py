@@ -33,11 +33,9 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import math
 import random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from fractions import Fraction
 
 import yaml
 
@@ -207,16 +205,11 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
 
 
 def task_shares(spec: TaskSpec, size: int) -> list[int]:
-    """How many of `size` records each task of the spec gets, in its order: size * weight / total
-    weight, rounded down, and the records left over one each to the largest remainders (the
-    earlier task on a tie), so equal weights give the first size % k tasks one more."""
-    weights = [Fraction(spec.weights.get(task, 1)) for task in spec.tasks]
-    quotas = [size * w / sum(weights) for w in weights]
-    shares = [math.floor(q) for q in quotas]
-    by_remainder = sorted(range(len(quotas)), key=lambda i: (shares[i] - quotas[i], i))
-    for i in by_remainder[:size - sum(shares)]:
-        shares[i] += 1
-    return shares
+    """How many of `size` records each task of the spec gets, in its order: shares of the size in
+    proportion to the weights, by largest remainder (equal weights: the first size % k one more)."""
+    from tunix_lite.data.sft import largest_remainder
+
+    return largest_remainder([spec.weights.get(task, 1) for task in spec.tasks], size)
 
 
 def _trace(task: str, entry: dict, style: str) -> str | None:

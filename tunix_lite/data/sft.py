@@ -24,7 +24,9 @@ its row index before anything reaches jit.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Literal
 
 import numpy as np
@@ -229,6 +231,17 @@ class SFTBatches(Batches):
                 "trained": float(rows["weights"].mean())}
 
 
+def largest_remainder(weights: Sequence[float], n: int) -> list[int]:
+    """n split in proportion to `weights` (non-negative, positive sum): each n * w / sum rounded
+    down, and what is left one each to the largest remainders (the earlier on a tie), so equal
+    weights give the first n % k one more. Exact arithmetic: no float tie decides a share."""
+    exact = [n * Fraction(w) / sum(map(Fraction, weights)) for w in weights]
+    shares = [math.floor(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: (shares[i] - exact[i], i))[:n - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
 def mix_domains(records, weights: Mapping[str, float], n: int, *, seed: int = 0,
                 column: str = "domain"):
     """`n` rows drawn from `records` with each value of `column` getting its share of `weights`
@@ -245,11 +258,7 @@ def mix_domains(records, weights: Mapping[str, float], n: int, *, seed: int = 0,
                          f"(present: {sorted(by_domain)})")
     if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
         raise ValueError(f"weights must be non-negative with a positive sum, got {dict(weights)}")
-    total = sum(weights.values())
-    exact = {d: n * w / total for d, w in weights.items()}
-    counts = {d: int(x) for d, x in exact.items()}
-    for d in sorted(exact, key=lambda d: counts[d] - exact[d])[:n - sum(counts.values())]:
-        counts[d] += 1
+    counts = dict(zip(weights, largest_remainder(list(weights.values()), n), strict=True))
     rng = np.random.default_rng(seed)
     picked = []
     for d in sorted(counts):
