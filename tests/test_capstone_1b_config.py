@@ -70,7 +70,7 @@ def test_check_on_a_local_directory_prints_stages_and_devices(tiny_gemma3_dir, t
     out = capsys.readouterr().out
     assert code == 0
     assert f"base model {directory}" in out
-    for stage in ("sft: sft from base, 800 steps", "dpo: dpo from sft", "grpo: grpo from dpo"):
+    for stage in ("sft: sft from base, 100 steps", "dpo: dpo from sft", "grpo: grpo from dpo"):
         assert stage in out
     assert "devices: " in out
 
