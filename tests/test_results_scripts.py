@@ -90,3 +90,28 @@ def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch):
     lo, hi = measured["sampled_minus_exact_ci95"]
     assert measured["tokens"] > 4000 and lo < 0 < hi and hi - lo < 0.1
     assert measured["max_abs_logprob_gap_cache_vs_recompute"] < 1e-4
+
+
+def test_the_drift_table_pairs_each_arms_verdicts_and_counts_trained_signal(monkeypatch):
+    """grpo_drift.py's row: the change is the paired one (two prompts flip right -> wrong, none the
+    other way, out of 4), and an arm without dynamic sampling trains on every group it drew, so
+    its trained groups with signal are 1 - the all-equal share."""
+    monkeypatch.syspath_prepend(str(ROOT / "course" / "results" / "scripts"))
+    grpo_drift = importlib.import_module("grpo_drift")
+    from tunix_lite.evaluation import paired_difference
+
+    cell = {"accuracy": 0.5}
+    plain = {"changes": {"learning_rate": 5e-5},
+             "history": [{"zero_signal_groups": 0.75, "kl": 0.01, "entropy": 0.3}] * 4,
+             "verdicts": {"before": [1, 1, 1, 0], "after": [1, 0, 0, 0]},
+             "accuracy": {"before": {"all": {"accuracy": 0.75}, "count": {"accuracy": 0.75}},
+                          "after": {"all": {"accuracy": 0.25}, "count": {"accuracy": 0.25}}}}
+    dynamic = plain | {"changes": {"learning_rate": 5e-5, "dynamic_sampling": True},
+                       "history": [{"zero_signal_groups": 0.75, "kept_groups": 1.0}] * 4,
+                       "accuracy": {"before": {"all": cell, "count": cell},
+                                    "after": {"all": cell, "count": cell}}}
+    rows = grpo_drift.table({"plain": plain, "dynamic": dynamic}).splitlines()[-2:]
+    change, low, high = paired_difference([1, 1, 1, 0], [1, 0, 0, 0])
+    assert f"| {change:+.2f} [{low:+.2f}, {high:+.2f}] | count -0.50 |" in rows[0]
+    assert rows[0].startswith("| plain | the 270M stage's settings | 0.75 | 0.25 | 0.010 |")
+    assert rows[1].startswith("| dynamic | dynamic_sampling=True | 0.75 | 1.00 | - |")

@@ -225,6 +225,18 @@ def test_dynamic_sampling_keeps_only_informative_groups(tokenizer, records):
     assert stats["rollouts"] >= 1 and stats["kept_groups"] == len(groups) / 4
 
 
+def test_a_run_mostly_without_signal_ends_with_a_note_unless_dynamic_sampling_filtered_it():
+    """Groups with all-equal rewards add nothing to the gradient, but an Adam step is as long
+    whatever share of the batch made it: a run where they were most groups says so at its end."""
+    history = [{"step": 1, "zero_signal_groups": 0.75}, {"step": 2, "zero_signal_groups": 0.5}]
+    note = RolloutStream(None, None, None).low_signal_note(history)
+    assert note.startswith("62% of groups had all-equal rewards") and "dynamic_sampling: true" in note
+    everything = [{"zero_signal_groups": 1.0}] * 2
+    assert RolloutStream(None, None, None).low_signal_note(everything).startswith("no group had")
+    assert RolloutStream(None, None, None).low_signal_note([{"zero_signal_groups": 0.25}]) is None
+    assert RolloutStream(None, None, None, dynamic_sampling=True).low_signal_note(history) is None
+
+
 def test_a_mix_of_tasks_logs_each_tasks_reward():
     """On reasoning_gym:a,b one task can fall while the mean holds: each gets its own curve."""
     from tunix_lite.rl.rollouts import Groups

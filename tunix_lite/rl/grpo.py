@@ -133,6 +133,8 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
     result = setup.run.train(model, tokenizer, loss_from_config(config), stream.batches, task_eval,
                              frozen=setup.frozen, report=report, host_metrics=stream.metrics,
                              show=("reward", "kl", "length"))
+    if note := stream.low_signal_note(result.history):
+        setup.run.say(note)
     if setup.run.out is not None:
         curves = plot_history(result.history, ("reward", "kl", "length"),
                               title=f"{config.algorithm}: {config.model}")

@@ -45,7 +45,8 @@ VARIANTS = {
 MARKER = "<!-- below: written by `python course/results/scripts/rl.py table` -->"
 GEMMA_MARKER = "<!-- below: written by `python course/results/scripts/rl.py gemma` -->"
 GEMMA_RUN = ROOT / "runs" / "grpo_gemma3_270m"
-HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "zero_signal_groups")
+HISTORY_KEYS = ("reward", "reward/exact_match", "reward/format", "kl", "length", "entropy",
+                "zero_signal_groups", "kept_groups", "grad_norm")
 
 
 def config_for(variant: str, steps: int | None, changes: dict | None = None, start: Path = SFT):
@@ -75,6 +76,7 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
     import importlib
 
     import tunix_lite
+    from tunix_lite.data.synthetic import reward_exact_match
     from tunix_lite.training.algorithms import ALGORITHMS
 
     if not start.is_dir():
@@ -96,6 +98,10 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
 
         export_model(result.model, tokenizer, save, orbax=False)
     history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
+    # each prompt's greedy verdict (1 right, 0 wrong), before and after: what a paired interval needs
+    answers = [r["answer"] for r in records]
+    verdicts = {name: [int(x) for x in reward_exact_match(None, texts, answers)]
+                for name, texts in (("before", before_texts), ("after", after_texts))}
     return {"variant": variant, "what": VARIANTS[variant][2],
             "command": f"python course/results/scripts/rl.py run {variant}"
                        + (f" --steps {steps}" if steps else "")
@@ -104,7 +110,8 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
             "changes": changes or {}, "split": split, "start": _shown(start),
             "config": {k: getattr(config, k) for k in ("algorithm", "steps", "batch_size", "group_size",
                                                        "max_new_tokens", "learning_rate", "beta", "rewards")},
-            "seconds": round(seconds), "accuracy": {"before": before, "after": after}, "history": history,
+            "seconds": round(seconds), "accuracy": {"before": before, "after": after},
+            "verdicts": verdicts, "history": history,
             "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
 
 
