@@ -5,9 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/tunix-lite ] || ! .venv/bin/python -c "import datasets, orbax.checkpoint" 2>/dev/null; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[course]"
+  bash scripts/make_venv.sh course
 fi
 .venv/bin/tunix-lite info
 rm -rf runs/sft_tiny  # a fresh run each time (the same folder would resume from its checkpoints)

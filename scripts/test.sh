@@ -5,9 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/pytest ] || ! .venv/bin/python -c "import torch, transformers, trl, reasoning_gym, jupytext, ruff, tunix_lite" 2>/dev/null; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[all]"
+  bash scripts/make_venv.sh all
 fi
 export JAX_PLATFORMS=cpu TUNIX_LITE_PROFILE=ci
 # XLA's persistent compilation cache: tests and notebooks compile many identical programs (the tiny model's
