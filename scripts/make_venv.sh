@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q --no-compile -e ".[$1]"
-# Like pip, skip files that do not compile: some packages ship sources for newer Pythons (torch's
-# py312_intrinsics.py), which are never imported here.
+# Quietly, as pip does: some packages ship sources for newer Pythons (torch's py312_intrinsics.py,
+# never imported here) that fail to compile, and old ones that warn.
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-.venv/bin/python -m compileall -q -j 0 "$site" > /dev/null || true
+.venv/bin/python -m compileall -q -j 0 "$site" > /dev/null 2>&1 || true

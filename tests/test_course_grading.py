@@ -142,6 +142,46 @@ def test_right_answers_score_full_marks_and_write_gradescope(tiny, tmp_path, cap
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "no temporary file left behind"
 
 
+def test_a_call_under_the_graders_jit_runs_compiled_in_the_worker(tmp_path):
+    """A test that jits the learner's function calls it in the worker once per run of the
+    program: the worker compiles it once for those shapes, as the in-notebook `check()` would,
+    instead of running it op by op each time (every operation compiling anew). Counted by the
+    learner's own code: one run for the grader's trace (its output shapes), one for the compile."""
+    tests = tmp_path / "hidden"
+    tests.mkdir()
+    (tests / "phase99.py").write_text(textwrap.dedent('''
+        import jax
+        import numpy as np
+
+        from tunix_lite.course.graded import graded
+
+        HINTS = {"double": "return 2 * x"}
+
+
+        @graded("double", reference=True)
+        def test_double_under_jit(impl, rng):
+            """doubles under jit and under grad; four calls at one shape run its code twice"""
+            double, x = jax.jit(lambda x: impl.double(x)), np.arange(3.0, dtype=np.float32)
+            for _ in range(4):
+                np.testing.assert_allclose(np.asarray(double(x)), 2 * x)
+            assert impl.runs() == 2, f"the learner's code ran {impl.runs()} times"
+            grad = jax.grad(lambda x: impl.double(x).sum())(x)
+            np.testing.assert_allclose(np.asarray(grad), np.full(3, 2.0))
+        '''))
+    learner = _cell("""
+        RUNS = [0]
+
+        def double(x):
+            RUNS[0] += 1
+            return 2 * x
+
+        def runs():
+            return RUNS[0]
+        """)
+    report = _grade(tests, _notebook(tmp_path / "99_counted.ipynb", learner))
+    assert report["score"] == report["max_score"] == 1, report["tests"]
+
+
 # ----------------------------------------------------------------------------- attacks on the results channel
 
 

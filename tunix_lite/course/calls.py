@@ -11,10 +11,12 @@ only the worker, and can change only the values it returns.
 Tests also transform the learner's function (`jax.jit(impl.f)`, `jax.grad(lambda x: impl.f(x))`):
 under a trace, a `Remote` asks the worker for the output's shapes (`jax.eval_shape` there), computes
 the values through `jax.pure_callback` and the gradient through the worker's `jax.vjp` (a custom VJP
-rule). A function a test passes in (a loss) stays in the grader: the worker calls it back the same
-way. A Flax module cannot cross: such a test runs a public helper in the worker (`inside`); a test
-of how the learner computes reads the program's operations (`equations`). Anything else that cannot
-cross is refused with a TypeError.
+rule). The worker runs such a call compiled, as the grader's transformation would have (`jax.jit`,
+once per shapes and constants): run op by op, every operation compiles anew for each new shape,
+which made a phase's small tests take most of a minute. A function a test passes in (a loss) stays
+in the grader: the worker calls it back the same way. A Flax module cannot cross: such a test runs
+a public helper in the worker (`inside`); a test of how the learner computes reads the program's
+operations (`equations`). Anything else that cannot cross is refused with a TypeError.
 """
 
 from __future__ import annotations
@@ -160,12 +162,12 @@ class Remote:
         inexact = [i for i, s in zip(traced, specs) if jnp.issubdtype(s.dtype, jnp.inexact)]
 
         def host(*values):  # concrete values of the traced arguments, at run time
-            out = self._request("call", name, *_with(leaves, tree, traced, values))
+            out = self._request("call", name, *_with(leaves, tree, traced, values), traced=True)
             return jax.tree.map(lambda o, s: np.asarray(o, s.dtype), out, out_spec)
 
         def host_vjp(values, cotangents):
             return [np.asarray(g, leaves[i].dtype) for g, i in zip(
-                self._request("vjp", name, *_with(leaves, tree, traced, values),
+                self._request("vjp", name, *_with(leaves, tree, traced, values), traced=True,
                               wrt=inexact, cotangents=list(cotangents)), inexact)]
 
         @jax.custom_vjp
@@ -248,9 +250,12 @@ def _with(leaves: list, tree, positions: list[int], values) -> tuple[tuple, dict
     return jax.tree.unflatten(tree, full)
 
 
-def serve(functions, request: dict, callback: Remote | None = None) -> dict:
+def serve(functions, request: dict, callback: Remote | None = None,
+          programs: dict | None = None) -> dict:
     """Answer one request: run `functions[name]` (a mapping or a module) as asked, return plain
-    data. `callback` calls back the functions the request passed in."""
+    data. `callback` calls back the functions the request passed in. With `programs` (the worker's,
+    kept between requests), a call or gradient that the grader asked for under a trace runs as one
+    compiled program, kept there for the next call with the same shapes and constants."""
     try:
         op, name = request["op"], request["name"]
         args, kwargs = decode_value(request["args"], callback)
@@ -263,9 +268,13 @@ def serve(functions, request: dict, callback: Remote | None = None) -> dict:
             fn = functools.partial(getattr(importlib.import_module(module), function), functions)
             return {"value": encode(fn(*args, **kwargs))}
         fn = functions[name] if isinstance(functions, dict) else getattr(functions, name)
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        if (op in ("call", "vjp") and programs is not None and "traced" in request
+                and decode_value(request["traced"]) is True
+                and not any(callable(leaf) for leaf in leaves)):
+            return {"value": encode(_compiled(programs, op, name, fn, leaves, tree, request))}
         if op == "call":
             return {"value": encode(fn(*args, **kwargs))}
-        leaves, tree = jax.tree.flatten((args, kwargs))
         if op == "equations":
             return {"value": encode(_equations(fn, args, kwargs))}
         if op == "shape":
@@ -283,6 +292,37 @@ def serve(functions, request: dict, callback: Remote | None = None) -> dict:
         return {"value": encode(list(vjp(list(cotangents))))}
     except BaseException as e:  # noqa: BLE001 - sys.exit() in learner code fails its call, not us
         return {"error": [type(e).__name__, str(e)[:2000]]}
+
+
+def _compiled(programs: dict, op: str, name: str, fn: Callable, leaves: list, tree, request: dict):
+    """`fn` called (op "call") or differentiated (op "vjp", at the request's `wrt` leaves) as one
+    jitted program of the arguments' arrays, its other leaves constants: compiled once per shapes,
+    dtypes and constants, then taken from `programs`."""
+    arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, (jax.Array, np.ndarray))]
+    wrt = tuple(decode_value(request["wrt"])) if op == "vjp" else ()
+    key = (op, name, tree, wrt, tuple((jnp.shape(leaf), str(jnp.result_type(leaf))) if i in arrays
+                                      else (type(leaf).__name__, repr(leaf))
+                                      for i, leaf in enumerate(leaves)))
+    if key not in programs:
+        def call(*values):
+            return _apply(fn, _with(leaves, tree, arrays, values))
+
+        def vjp(values, cotangents):
+            full = list(leaves)
+            for i, value in zip(arrays, values):
+                full[i] = value
+
+            def inexact_outputs(*points):
+                out = jax.tree.leaves(_apply(fn, _with(full, tree, wrt, points)))
+                return [o for o in out if jnp.issubdtype(o.dtype, jnp.inexact)]
+
+            return jax.vjp(inexact_outputs, *(full[i] for i in wrt))[1](cotangents)
+
+        programs[key] = jax.jit(call if op == "call" else vjp)
+    values = [leaves[i] for i in arrays]
+    if op == "call":
+        return programs[key](*values)
+    return list(programs[key](values, list(decode_value(request["cotangents"]))))
 
 
 def _apply(fn: Callable, args_kwargs: tuple[tuple, dict]):

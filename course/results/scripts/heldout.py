@@ -41,16 +41,24 @@ def validation_records(n: int = 280) -> list[dict]:
     return distinct_prompts(make_splits(0, n, 0, seed=0)["validation"])
 
 
+def verdicts(texts: list[str], records) -> list[int]:
+    """Each reply's exact-match verdict against its record's answer (1 right, 0 wrong): what
+    `accuracy` counts, kept per prompt where a paired interval needs it."""
+    from tunix_lite.data.synthetic import reward_exact_match
+
+    return [int(x) for x in reward_exact_match(None, texts, [r["answer"] for r in records])]
+
+
 def accuracy(model, tokenizer, records, *, batch_size: int = 64) -> tuple[dict, list[str]]:
     """({domain or "all": {"k", "n", "accuracy", "low", "high"}} plus "format", the greedy
     texts)."""
-    from tunix_lite.data.synthetic import reward_exact_match, reward_format
+    from tunix_lite.data.synthetic import reward_format
     from tunix_lite.evaluation import TaskEval
 
     model.eval()
     task = TaskEval(model, tokenizer, records, max_new_tokens=MAX_NEW_TOKENS, batch_size=batch_size)
     texts = task.completions()
-    correct = reward_exact_match(None, texts, [r["answer"] for r in records])
+    correct = verdicts(texts, records)
     table = {}
     for domain in ["all", *sorted({r["domain"] for r in records})]:
         hits = [c for c, r in zip(correct, records) if domain in ("all", r["domain"])]

@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from heldout import RESULTS, ROOT, accuracy, interval, samples, test_records, validation_records
+from heldout import (RESULTS, ROOT, accuracy, interval, samples, test_records, validation_records,
+                     verdicts)
 
 SFT = ROOT / "runs" / "sft_tiny" / "model"
 # name -> (algorithm, overrides of configs/grpo_tiny.yaml, what it shows)
@@ -76,7 +77,6 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
     import importlib
 
     import tunix_lite
-    from tunix_lite.data.synthetic import reward_exact_match
     from tunix_lite.training.algorithms import ALGORITHMS
 
     if not start.is_dir():
@@ -98,10 +98,6 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
 
         export_model(result.model, tokenizer, save, orbax=False)
     history = [{k: h[k] for k in ("step", *HISTORY_KEYS) if k in h} for h in result.history]
-    # each prompt's greedy verdict (1 right, 0 wrong), before and after: what a paired interval needs
-    answers = [r["answer"] for r in records]
-    verdicts = {name: [int(x) for x in reward_exact_match(None, texts, answers)]
-                for name, texts in (("before", before_texts), ("after", after_texts))}
     return {"variant": variant, "what": VARIANTS[variant][2],
             "command": f"python course/results/scripts/rl.py run {variant}"
                        + (f" --steps {steps}" if steps else "")
@@ -111,7 +107,9 @@ def run_variant(variant: str, steps: int | None, changes: dict | None = None, *,
             "config": {k: getattr(config, k) for k in ("algorithm", "steps", "batch_size", "group_size",
                                                        "max_new_tokens", "learning_rate", "beta", "rewards")},
             "seconds": round(seconds), "accuracy": {"before": before, "after": after},
-            "verdicts": verdicts, "history": history,
+            "verdicts": {name: verdicts(texts, records)  # per prompt: what a paired interval needs
+                         for name, texts in (("before", before_texts), ("after", after_texts))},
+            "history": history,
             "samples": samples(records, {"SFT": before_texts, variant: after_texts})}
 
 
@@ -164,9 +162,7 @@ def pass_at_k(model_path: Path, *, group_size: int = 8, temperature: float = 1.0
     records = validation_records(n)
     model, tokenizer = tunix_lite.load(str(model_path))
     greedy, greedy_texts = accuracy(model, tokenizer, records)
-    from tunix_lite.data.synthetic import reward_exact_match
-
-    greedy_hits = reward_exact_match(None, greedy_texts, [r["answer"] for r in records])
+    greedy_hits = verdicts(greedy_texts, records)
     prompts = Prompts.build(records, tokenizer, max_tokens=grpo["max_prompt_tokens"])
     engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length)
     rewards = reward_set(["exact_match", "format"])
