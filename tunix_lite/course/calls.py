@@ -283,13 +283,7 @@ def serve(functions, request: dict, callback: Remote | None = None,
                                  *(leaves[i] for i in spec))
             return {"value": encode(out)}
         wrt, cotangents = decode_value(request["wrt"]), decode_value(request["cotangents"])
-
-        def inexact_outputs(*values):
-            out = jax.tree.leaves(_apply(fn, _with(leaves, tree, wrt, values)))
-            return [o for o in out if jnp.issubdtype(o.dtype, jnp.inexact)]
-
-        _, vjp = jax.vjp(inexact_outputs, *(jnp.asarray(leaves[i]) for i in wrt))
-        return {"value": encode(list(vjp(list(cotangents))))}
+        return {"value": encode(_vjp(fn, leaves, tree, wrt, cotangents))}
     except BaseException as e:  # noqa: BLE001 - sys.exit() in learner code fails its call, not us
         return {"error": [type(e).__name__, str(e)[:2000]]}
 
@@ -311,18 +305,23 @@ def _compiled(programs: dict, op: str, name: str, fn: Callable, leaves: list, tr
             full = list(leaves)
             for i, value in zip(arrays, values):
                 full[i] = value
-
-            def inexact_outputs(*points):
-                out = jax.tree.leaves(_apply(fn, _with(full, tree, wrt, points)))
-                return [o for o in out if jnp.issubdtype(o.dtype, jnp.inexact)]
-
-            return jax.vjp(inexact_outputs, *(full[i] for i in wrt))[1](cotangents)
+            return _vjp(fn, full, tree, wrt, cotangents)
 
         programs[key] = jax.jit(call if op == "call" else vjp)
     values = [leaves[i] for i in arrays]
     if op == "call":
         return programs[key](*values)
-    return list(programs[key](values, list(decode_value(request["cotangents"]))))
+    return programs[key](values, decode_value(request["cotangents"]))
+
+
+def _vjp(fn: Callable, leaves: list, tree, wrt, cotangents) -> list:
+    """The cotangents of `fn`'s inexact outputs pulled back to its argument leaves at `wrt`."""
+    def inexact_outputs(*values):
+        out = jax.tree.leaves(_apply(fn, _with(leaves, tree, wrt, values)))
+        return [o for o in out if jnp.issubdtype(o.dtype, jnp.inexact)]
+
+    _, pullback = jax.vjp(inexact_outputs, *(jnp.asarray(leaves[i]) for i in wrt))
+    return list(pullback(list(cotangents)))
 
 
 def _apply(fn: Callable, args_kwargs: tuple[tuple, dict]):
