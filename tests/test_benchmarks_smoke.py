@@ -53,6 +53,18 @@ def test_completion_scoring_times_both_heads_on_the_same_loss(subprocess_env):
     assert float(speed.split("speed-up ")[1].rstrip("x")) > 0
 
 
+@pytest.mark.slow
+def test_compile_time_counts_the_kernels_each_unrolled_layer_adds(tmp_path, subprocess_env):
+    records = tmp_path / "compile.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compile_time.py"), "--layers", "1", "2",
+                           "--steps", "1", "--json", str(records)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=subprocess_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = json.loads(records.read_text())
+    assert 0 < one["kernels"] < two["kernels"]  # a second layer is a second copy of its kernels
+    assert all(r["compile_s"] > 0 and r["generate_first_s"] > r["generate_second_s"] for r in (one, two))
+    assert "| 2 |" in proc.stdout
+
 def _common():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import common
