@@ -68,7 +68,7 @@ def measure(layers: int, steps: int) -> dict:
         step_times.append(time.perf_counter() - start_step)
 
     tokenizer = load_tokenizer(resolve_checkpoint("tiny"))  # load() would turn the cache on
-    sampler = Sampler(Transformer(config, rngs=nnx.Rngs(0)), tokenizer)
+    sampler = Sampler(trainer.model, tokenizer)
     generate_times = []
     for question in ("What is 2 + 3?", "What is 4 + 1?"):
         start_generate = time.perf_counter()

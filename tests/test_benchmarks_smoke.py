@@ -65,6 +65,7 @@ def test_compile_time_counts_the_kernels_each_unrolled_layer_adds(tmp_path, subp
     assert all(r["compile_s"] > 0 and r["generate_first_s"] > r["generate_second_s"] for r in (one, two))
     assert "| 2 |" in proc.stdout
 
+
 def _common():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import common

@@ -242,12 +242,17 @@ class _TracedOnce:
         return jax.tree.unflatten(out_tree, run(*leaves))
 
 
-def _with(leaves: list, tree, positions: list[int], values) -> tuple[tuple, dict]:
-    """(args, kwargs) with `values` in place of the leaves at `positions`."""
+def _replaced(leaves: list, positions: list[int], values) -> list:
+    """`leaves` with `values` in place of those at `positions`."""
     full = list(leaves)
     for i, value in zip(positions, values):
         full[i] = value
-    return jax.tree.unflatten(tree, full)
+    return full
+
+
+def _with(leaves: list, tree, positions: list[int], values) -> tuple[tuple, dict]:
+    """(args, kwargs) with `values` in place of the leaves at `positions`."""
+    return jax.tree.unflatten(tree, _replaced(leaves, positions, values))
 
 
 def serve(functions, request: dict, callback: Remote | None = None,
@@ -302,10 +307,7 @@ def _compiled(programs: dict, op: str, name: str, fn: Callable, leaves: list, tr
             return _apply(fn, _with(leaves, tree, arrays, values))
 
         def vjp(values, cotangents):
-            full = list(leaves)
-            for i, value in zip(arrays, values):
-                full[i] = value
-            return _vjp(fn, full, tree, wrt, cotangents)
+            return _vjp(fn, _replaced(leaves, arrays, values), tree, wrt, cotangents)
 
         programs[key] = jax.jit(call if op == "call" else vjp)
     values = [leaves[i] for i in arrays]
