@@ -66,6 +66,15 @@ def test_compile_time_counts_the_kernels_each_unrolled_layer_adds(tmp_path, subp
     assert "| 2 |" in proc.stdout
 
 
+def test_compile_time_refuses_a_layer_count_below_one(capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import compile_time
+
+    with pytest.raises(SystemExit):
+        compile_time.main(["--layers", "0", "2"])
+    assert "--layers [0, 2] and --steps 3 must be >= 1" in capsys.readouterr().err.splitlines()[-1]
+
+
 def _common():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import common
