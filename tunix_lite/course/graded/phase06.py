@@ -351,12 +351,15 @@ MODES = ("token-mean", "sequence-mean-token-mean", "sequence-mean-token-sum-norm
 
 
 def _packed(rng, B=4, T=10, num_sequences=9):
-    """per_token [B, T] and sequence ids [B, T] (-1 padding): each row holds a few sequences back to back."""
+    """per_token [B, T] and sequence ids [B, T] (-1 padding): each row holds a few sequences back to back.
+
+    Every row starts with a sequence while ids remain, so a batch (and each micro-batch the tests cut from
+    it) is never empty: the empty batch is tested on its own."""
     ids = np.full((B, T), -1)
     seq = 0
     for b in range(B):
         t = 0
-        while seq < num_sequences and t < T - 1 and rng.random() < 0.85:
+        while seq < num_sequences and t < T - 1 and (t == 0 or rng.random() < 0.85):
             n = int(rng.integers(1, 4))
             ids[b, t:t + n] = seq
             seq, t = seq + 1, t + n
