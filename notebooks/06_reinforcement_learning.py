@@ -540,7 +540,7 @@ if curves.is_file():
 #
 # Is the gain GRPO's, or something particular to this library? TRL's `GRPOTrainer` ran the identical setting,
 # stopped at the same step 50: the same start weights, the same prompt token ids in the same order, the same
-# reward, schedule, LoRA and even its initial A matrices (`scripts/rl_trl_beside.py` checks every prompt fed).
+# reward, schedule, LoRA and even its initial A matrices (`course/results/scripts/rl_trl_beside.py` checks every prompt fed).
 # Only the random draws of the samples differ, so its completions are not ours.
 #
 # **Predict, then look.** How close should its held-out accuracy be to ours before you call it the same

@@ -183,7 +183,7 @@ def max_error(a, b) -> float:
 def check_layout(trainer, mesh, owners=("model", "optimizer")) -> list[str]:
     """Every variable of the model and of the optimizer state (or of the other `owners`) is laid out as the rules
     say."""
-    units = sharding._head_units(trainer.model)
+    units = sharding.head_units(trainer.model)
     wrong = []
     for owner in (getattr(trainer, name) for name in owners):
         for path, var in nnx.to_flat_state(nnx.state(owner)):

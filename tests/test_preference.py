@@ -259,7 +259,7 @@ def test_on_policy_pairs_reject_the_models_own_flawed_answers(monkeypatch):
              "answer": str(2 * n)} for n in (2, 3, 5, 6)]
     model, tokenizer = tunix_lite.load("tiny")
     pairs, made = on_policy_pairs(model, tokenizer, rows)
-    assert made == {"rejected": 2, "sampled": 0}
+    assert (made["rejected"], made["sampled"], made["prompts"], made["pairs"]) == (2, 0, 4, 4)
     assert [p["rejected"] for p in pairs] == ["no tag", said[1], said[2], "no tag"]
     assert [p["chosen"] for p in pairs] == [r["chosen"] for r in rows]
     # on_policy_domains: only those pairs are answered (the fixed answers go to them, in order); the rest keep theirs
@@ -314,13 +314,14 @@ def test_on_policy_samples_pair_an_accepted_reply_with_a_refused_one(monkeypatch
              "answer": str(2 * n)} for n in (2, 3, 5)]
     model, tokenizer = tunix_lite.load("tiny")
     pairs, made = on_policy_pairs(model, tokenizer, rows, samples=3, seed=4)
-    assert calls == [(1, 0.0), (3, 1.0)] and made == {"rejected": 1, "sampled": 2}
+    assert calls == [(1, 0.0), (3, 1.0)] and (made["rejected"], made["sampled"]) == (1, 2)
+    assert (made["all_right"], made["all_wrong"]) == (0, 1)
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [
         ("a <answer>4</answer>", "<answer>3</answer>"), ("c <answer>6</answer>", "<answer>7</answer>"),
         ("<answer>10</answer>", "<answer>9</answer>")]
     calls.clear()
     pairs, made = on_policy_pairs(model, tokenizer, rows, greedy=False, samples=3)
-    assert calls == [(3, 1.0)] and made == {"rejected": 0, "sampled": 2} and pairs[2] == rows[2]
+    assert calls == [(3, 1.0)] and (made["rejected"], made["sampled"]) == (0, 2) and pairs[2] == rows[2]
 
 
 SMALL_RUN = dict(algorithm="dpo", model="tiny", n_train=12, n_validation=4, n_accuracy=4, max_new_tokens=24,

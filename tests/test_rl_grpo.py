@@ -237,6 +237,19 @@ def test_a_run_mostly_without_signal_ends_with_a_note_unless_dynamic_sampling_fi
     assert RolloutStream(None, None, None, dynamic_sampling=True).low_signal_note(history) is None
 
 
+def test_each_step_says_how_many_updates_its_rollout_lags_behind():
+    """Rollout k is sampled from the live model just before step k*S + 1, so its i-th step trains
+    on samples i updates old (S = inner_iterations x mini_batches = 4 here): the seam an
+    asynchronous sampler widens by the updates it runs ahead (rollout_lag)."""
+    config = GRPOConfig(model="unused", batch_size=4, group_size=4, inner_iterations=2, mini_batches=2,
+                        warmup_steps=0, steps=12)
+    stream = RolloutStream(config, None, None)
+    assert [stream.lag(step) for step in range(1, 10)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    assert RolloutStream(config, None, None, rollout_lag=4).lag(5) == 4
+    with pytest.raises(ValueError, match="rollout_lag: -1 updates"):
+        RolloutStream(config, None, None, rollout_lag=-1)
+
+
 def test_a_mix_of_tasks_logs_each_tasks_reward():
     """On reasoning_gym:a,b one task can fall while the mean holds: each gets its own curve."""
     from tunix_lite.rl.rollouts import Groups

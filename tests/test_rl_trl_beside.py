@@ -1,4 +1,4 @@
-"""scripts/rl_trl_beside.py: TRL's GRPOTrainer (trl 1.16, test-only) on a tunix_lite GRPO config,
+"""course/results/scripts/rl_trl_beside.py: TRL's GRPOTrainer (trl 1.16, test-only) on a tunix_lite GRPO config,
 2 steps of the tiny model with LoRA. The two runs train on the same prompt ids (the script checks
 every one, BOS included), both write one history entry per step, and TRL's model, exported with its
 adapters merged, loads in tunix_lite with the logits transformers computes from that directory."""
@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rl_trl_beside.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "course" / "results" / "scripts" / "rl_trl_beside.py"
 TINY_GRPO = {
     "algorithm": "grpo",
     "model": "tiny",

@@ -127,7 +127,7 @@ def cmd_eval(args) -> int:
     import json
 
     from tunix_lite.loading import model_config
-    from tunix_lite.model_eval import check_settings, eval_records, evaluate, report_text
+    from tunix_lite.evaluation.model_eval import check_settings, eval_records, evaluate, report_text
     from tunix_lite.training.stopped_run import load_model_or_run
 
     check_settings(n=args.n, samples=args.samples, temperature=args.temperature,

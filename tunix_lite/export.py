@@ -96,24 +96,38 @@ def _user_defined_pieces(tokenizer) -> list[tuple[int, str]]:
     return [(i, p.piece) for i, p in enumerate(proto.pieces) if p.type == kind]
 
 
-def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: bool = True,
-                 dtype=np.float32) -> Path:
-    """Write `directory`/hf (Hugging Face layout, LoRA merged) and `directory`/orbax;
-    returns `directory`."""
+def write_model(model: nnx.Module, tokenizer, directory: str | Path, dtype=np.float32) -> Path:
+    """The one way a model goes to disk: `directory` in Hugging Face layout (config.json,
+    model.safetensors; LoRA adapters merged), with the tokenizer's files and
+    generation_config.json beside it (no tokenizer: the weights alone), so that `tunix_lite.load`
+    and transformers both read it. Written in place: callers rename a finished temporary
+    directory (`export_model`, the run harness, a reward model's save). Returns `directory`."""
     from tunix_lite.chat import stop_ids
     from tunix_lite.lora import lora_layers, merge_lora
-    from tunix_lite.weights.hf import param_names, save_hf_model
+    from tunix_lite.weights.hf import save_hf_model
+
+    directory = Path(directory)
+    save_hf_model(merge_lora(model) if lora_layers(model) else model, directory, dtype)
+    if tokenizer is not None:
+        _tokenizer_files(tokenizer, directory)
+        (directory / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": tokenizer.bos_id, "eos_token_id": stop_ids(tokenizer),
+             "pad_token_id": tokenizer.pad_id}, indent=1) + "\n")
+    return directory
+
+
+def export_model(model: nnx.Module, tokenizer, directory: str | Path, *, orbax: bool = True,
+                 dtype=np.float32) -> Path:
+    """Write `directory`/hf (`write_model`: Hugging Face layout, LoRA merged) and
+    `directory`/orbax; returns `directory`."""
+    from tunix_lite.lora import lora_layers, merge_lora
+    from tunix_lite.weights.hf import param_names
 
     directory = Path(directory)
     merged = merge_lora(model) if lora_layers(model) else model
     tmp = directory.with_name(f".{directory.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_hf_model(merged, tmp / "hf", dtype)
-    _tokenizer_files(tokenizer, tmp / "hf")
-    stops = stop_ids(tokenizer)
-    (tmp / "hf" / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": tokenizer.bos_id, "eos_token_id": stops, "pad_token_id": tokenizer.pad_id},
-        indent=1) + "\n")
+    write_model(merged, tokenizer, tmp / "hf", dtype)
     if orbax:
         import orbax.checkpoint as ocp
 

@@ -244,7 +244,9 @@ def load_adapters(model: nnx.Module, path: str | Path) -> nnx.Module:
 
 
 def export_merged(model: nnx.Module, directory: str | Path, dtype=np.float32) -> Path:
-    """Merge the adapters and write a Hugging Face checkpoint (config.json + model.safetensors)."""
+    """Merge the adapters and write a Hugging Face checkpoint (config.json + model.safetensors):
+    the weights alone. `tunix_lite.export.write_model` writes the same with the tokenizer beside
+    them, which is what every run and export writes."""
     from tunix_lite.weights.hf import save_hf_model
 
     return save_hf_model(merge_lora(model), directory, dtype)

@@ -123,7 +123,7 @@ def sharded_bytes(model, mesh_shape: dict[str, int], filter) -> int:
     from tunix_lite import sharding
 
     mesh = AbstractMesh(tuple(mesh_shape[a] for a in sharding.MESH_AXES), sharding.MESH_AXES)
-    units = sharding._head_units(model)
+    units = sharding.head_units(model)
     total = 0
     for _, var in nnx.to_flat_state(nnx.state(model, filter)):
         value = var.get_value()

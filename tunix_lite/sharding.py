@@ -218,7 +218,7 @@ def constrain(x: jax.Array, axes: tuple) -> jax.Array:
     return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))
 
 
-def _head_units(tree) -> dict[str, int]:
+def head_units(tree) -> dict[str, int]:
     """{"heads": N, "kv_heads": K} from the first model config found in `tree`'s modules."""
     for module in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, nnx.Module)):
         if not isinstance(module, nnx.Module):
@@ -240,7 +240,7 @@ def variable_spec(var: nnx.Variable, mesh, units: Mapping[str, int] | None = Non
 def param_shardings(model, mesh, filter=...) -> dict:
     """{dotted path: the NamedSharding the rules give that variable} for the variables of `model`
     that `filter` selects."""
-    units = _head_units(model)
+    units = head_units(model)
     return {".".join(map(str, path)): NamedSharding(mesh, variable_spec(var, mesh, units))
             for path, var in nnx.to_flat_state(nnx.state(model, filter))}
 
@@ -266,7 +266,7 @@ def shard_model(tree, mesh: jax.sharding.Mesh):
     An array shared by several variables (a LoRA reference view and the model it came from) is
     placed once and stays shared."""
     placed: dict[int, jax.Array] = {}
-    units = _head_units(tree)
+    units = head_units(tree)
 
     def place_once(value, sharding):
         key = id(value)

@@ -2,7 +2,7 @@
 
 The tests run in the (trusted) grader; `impl.masked_mean(x, mask)` there is a `Remote` that
 sends its arguments to the worker (tunix_lite.course.worker), which runs the learner's function and
-sends back the result. Only type-tagged JSON crosses (`tunix_lite.sandbox`'s format): builtins, and
+sends back the result. Only type-tagged JSON crosses (`tunix_lite.rewards.sandbox`'s format): builtins, and
 arrays as a dtype from a fixed list, a shape and raw bytes, decoded with `np.frombuffer` (no pickle,
 no object of the learner's making). So the comparisons, the references, the hidden tests and the
 score stay in the grader: a frame walk, a patched `numpy.testing` or `compile` in the worker reaches
@@ -31,8 +31,8 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from tunix_lite.sandbox import decode
-from tunix_lite.sandbox_child import _plain
+from tunix_lite.rewards.sandbox import decode
+from tunix_lite.rewards.sandbox_child import to_plain
 
 DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
@@ -57,7 +57,7 @@ def encode(value, functions: dict | None = None) -> list:
         functions[name] = _TracedOnce(item)
         return ["function", name]
 
-    return _plain(value, leaf=leaf)
+    return to_plain(value, leaf=leaf)
 
 
 def _array(value) -> list:

@@ -32,7 +32,7 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 
-from tunix_lite.course.notebook import _short
+from tunix_lite.course.notebook import shorten
 
 EXERCISE_SECONDS = 30.0  # per exercise (and per graded cell while loading); the solutions take 1-5 s each
 STARTUP_SECONDS = 120.0  # python + jax + the test module, before the first graded cell
@@ -59,11 +59,11 @@ def run_test(test, impl, rng) -> tuple[str, str]:
     except NotImplementedError as e:
         return "not_implemented", str(e)
     except AssertionError as e:
-        return "failed", _short(str(e) or "assertion failed", MESSAGE_CHARS)
+        return "failed", shorten(str(e) or "assertion failed", MESSAGE_CHARS)
     except WorkerLost:
         raise
     except BaseException as e:  # noqa: BLE001 - any crash in learner code (sys.exit too) fails it
-        return "error", _short(f"{type(e).__name__}: {e}", MESSAGE_CHARS)
+        return "error", shorten(f"{type(e).__name__}: {e}", MESSAGE_CHARS)
     return "passed", ""
 
 
@@ -211,7 +211,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
 
     `previous` (the last report for this notebook) counts failing attempts, which unlock hint
     tiers."""
-    from tunix_lite import sandbox
+    from tunix_lite.rewards import sandbox
     from tunix_lite.course import calls, graded, rules
     from tunix_lite.course.notebook import code_sources, defines, graded_code, phase_of, read
     from tunix_lite.course.sandbox import Worker, WorkerLost, reaping
@@ -230,7 +230,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     def fill(names, outcome, message):
         for name in names:
             for test in by_name[name].tests:
-                results.setdefault((name, test.__name__), (outcome, _short(message, MESSAGE_CHARS)))
+                results.setdefault((name, test.__name__), (outcome, shorten(message, MESSAGE_CHARS)))
 
     others = [src for src in sources if not defines(src, by_name)]
     forbidden = {ex.name: ex.forbidden + graded.ALWAYS_FORBIDDEN for ex in exercises}
@@ -269,7 +269,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
                         if worker.lost:  # inside a jitted call it surfaced as another error
                             raise WorkerLost(worker.lost)
                         results.setdefault((name, test.__name__),
-                                          (outcome, _short(message, MESSAGE_CHARS)))
+                                          (outcome, shorten(message, MESSAGE_CHARS)))
             except WorkerLost:
                 tail = worker.log_tail().strip().splitlines()[-1:] or ["no output"]
                 outcome, why = (("timeout", f"ran past the {timeout:.0f} s limit of one exercise")
@@ -339,7 +339,7 @@ def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, isolat
 
 
 def _confinement(isolation: dict) -> str:
-    """What confined the worker, in words (tunix_lite.sandbox says what each part stops)."""
+    """What confined the worker, in words (tunix_lite.rewards.sandbox says what each part stops)."""
     parts = [("no network, no pids outside: namespaces", isolation.get("namespaces")),
              (f"Landlock ABI {isolation.get('landlock')}", isolation.get("landlock"))]
     return ("; ".join(name for name, on in parts if on)

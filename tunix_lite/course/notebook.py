@@ -119,7 +119,7 @@ def build_impl(code: GradedCode, *, where: str = "notebook", skip_cells: Iterabl
             exec(compile(src, f"{where}, the cell defining {', '.join(names)}", "exec"), module.__dict__)  # noqa: S102
         except BaseException as e:  # noqa: BLE001 - sys.exit() in a cell is its own failure, not the grader's
             for name in names:
-                errors[name] = _short(f"the cell defining {name} failed: {type(e).__name__}: {e}")
+                errors[name] = shorten(f"the cell defining {name} failed: {type(e).__name__}: {e}")
     return module, errors
 
 
@@ -135,7 +135,8 @@ def load_impl(path: str | Path, names: Iterable[str] | None = None) -> types.Mod
     return module
 
 
-def _short(message: str, limit: int = 300) -> str:
+def shorten(message: str, limit: int = 300) -> str:
+    """`message` on one line (its lines joined by " | "), cut to `limit` characters."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     text = " | ".join(lines)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tunix_lite.course import grading
-from tunix_lite.course.notebook import _short
+from tunix_lite.course.notebook import shorten
 
 COLUMNS = ("learner", "notebook", "score", "max_score", "exercises", "seed", "seconds", "error")
 ERROR_CHARS = 300  # one readable line per learner; the full story is one `tunix-lite grade` away
@@ -91,7 +91,7 @@ def crash_summary(report: dict) -> str:
 
 
 def one_line(text: str) -> str:
-    return _short(" ".join(text.split()), ERROR_CHARS)
+    return shorten(" ".join(text.split()), ERROR_CHARS)
 
 
 def spreadsheet_safe(value: object) -> object:

@@ -5,7 +5,7 @@ score are not here: the grader calls the learner's functions through `tunix_lite
 and this process only runs them and answers with plain data. In order:
 
 1. read the orders (the code to run, which exercises; never a test) from the requests pipe;
-2. confine itself with `tunix_lite.sandbox_child`'s primitives while it has one thread (a user
+2. confine itself with `tunix_lite.rewards.sandbox_child`'s primitives while it has one thread (a user
    namespace needs that): die with the grader; new user + network + PID namespaces where the kernel
    allows them (no network; the grader's pid is not visible);
 3. import jax, numpy, flax, optax and the package, then rlimits (no core files, file size, open
@@ -28,7 +28,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from tunix_lite import sandbox, sandbox_child
+from tunix_lite.rewards import sandbox, sandbox_child
 
 # Read-only beneath these (besides the standard library and system libraries): what the notebook's
 # imports need, and this process's own /proc entries and CPU topology, which jax reads.
@@ -39,7 +39,7 @@ def _read_paths() -> list[str]:
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_path("purelib"),
                 sysconfig.get_path("platlib"), site.getusersitepackages(),
                 str(Path(__file__).resolve().parents[1])}  # tunix_lite/, not the checkout around it
-    return sorted(prefixes) + sandbox._read_paths() + list(_JAX_READS)
+    return sorted(prefixes) + sandbox.read_paths() + list(_JAX_READS)
 
 
 def main() -> None:
@@ -49,8 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     requests = os.fdopen(args.requests_fd, "rb")
     orders = json.loads(requests.readline())
-    sandbox_child._die_with_parent(orders["parent"])
-    isolation = {"namespaces": sandbox_child._namespaces()}
+    sandbox_child.die_with_parent(orders["parent"])
+    isolation = {"namespaces": sandbox_child.enter_namespaces()}
 
     import flax.nnx  # noqa: F401 - imported before Landlock: reading them later may be refused
     import jax
@@ -61,9 +61,9 @@ def main() -> None:
     from tunix_lite.course.notebook import GradedCode, build_impl
 
     jax.numpy.zeros(1).block_until_ready()  # start the CPU backend (its threads) before the limits
-    sandbox_child._limit({"cpu_seconds": None, "memory_mb": None, "file_mb": sandbox.FILE_MB,
+    sandbox_child.set_limits({"cpu_seconds": None, "memory_mb": None, "file_mb": sandbox.FILE_MB,
                           "open_files": 1024, "processes": None})
-    isolation["landlock"] = sandbox_child._landlock(_read_paths(), os.getcwd())
+    isolation["landlock"] = sandbox_child.landlock(_read_paths(), os.getcwd())
     out = os.fdopen(args.answers_fd, "w", buffering=1, encoding="utf-8")
     send, dumps = out.write, json.dumps  # held now: the learner's patches of json miss them
 

@@ -35,15 +35,17 @@ import hashlib
 import json
 import random
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import yaml
+
+from tunix_lite.rewards.reasoning_gym import INSTALL, reward_reasoning_gym  # noqa: F401 - old home
+from tunix_lite.rewards.tags import ANSWER_CLOSE, ANSWER_OPEN, answer_of, write_completion
 
 PREFIX = "reasoning_gym:"
 SIZE, SEED = 1000, 0  # a spec's size and seed unless it sets them
 INSTRUCTION = "End your reply with your final answer inside <answer></answer> tags."
 GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
-INSTALL = "reasoning_gym data needs the tasks extra: pip install 'tunix-lite[tasks]'"
 STYLES = ("answer", "reasoning")  # demonstrations: the tagged answer alone, or a trace before it
 WEIGHT = "weight"  # TASK.weight=W: the task's share of the size (no task config has this key)
 _NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
@@ -178,8 +180,6 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
     reference answer (rush_hour, graph_color, ...) is refused: it could be neither demonstrated nor
     exact-matched.
     """
-    from tunix_lite.data.synthetic import ANSWER_CLOSE, ANSWER_OPEN, write_completion
-
     spec = parse_spec(spec)
     size, seed = size or spec.size, spec.seed if seed is None else seed
     records = []
@@ -254,22 +254,7 @@ def _entry_json(task: str, config: dict, entry: dict) -> str:
     return json.dumps({"task": task, "config": config} | entry, default=str)
 
 
-# ----------------------------------------------------------------------------- scoring
-
-
-def reward_reasoning_gym(prompts, completions: Sequence[str], entry: Sequence[str],
-                         **columns) -> list[float]:
-    """The task's own scorer on each completion's tagged answer ('' when untagged), in the default
-    verifier pool: a call past the pool's timeout, or a scorer that raises, scores 0.0 and is
-    counted in the pool's stats. `entry` is make_records' column; rows may mix tasks."""
-    from tunix_lite.data.synthetic import answer_of
-    from tunix_lite.verifiers import default_pool
-
-    _registry()  # the ImportError naming the extra, here rather than a 0.0 from every worker call
-    from tunix_lite.data.reasoning_gym_scorer import score_entry
-
-    answers = [answer_of(c) or "" for c in completions]
-    return default_pool().map(score_entry, list(zip(answers, entry, strict=True)))
+# ----------------------------------------------------------------------- probing the scorers
 
 
 _PROBED: dict[str, str | None] = {}  # task + config -> the probe's note (None: clean), per process
@@ -300,10 +285,8 @@ def probe_scorers(tasks: TaskSpec | str | Mapping[str, dict] | Iterable[str], *,
 
 def _probe(task: str, config: dict, entries: int) -> str | None:
     """Raise if the task's scorer cannot be a reward; the note for a scorer that raised, or None."""
-    from tunix_lite.data.synthetic import answer_of
-
     records = make_records(TaskSpec({task: config}, entries), seed=-1)  # -1: no spec's default
-    from tunix_lite.data.reasoning_gym_scorer import score_entry  # after make_records' checks
+    from tunix_lite.rewards.reasoning_gym_scorer import score_entry  # after make_records' checks
 
     note = None
     for record in records:

@@ -21,18 +21,17 @@ import functools
 import hashlib
 import operator
 import random
-import re
 import string
 from collections.abc import Iterator, Sequence
 
-ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
+# The answer-tag protocol (how a completion is written and read) and its rewards live with the
+# other rewards; the course imports them from here too.
+from tunix_lite.rewards.tags import (ANSWER_CLOSE, ANSWER_OPEN,  # noqa: F401
+                                     REASONING_CLOSE, REASONING_OPEN, STYLES, answer_of,
+                                     has_reasoning, reward_exact_match, reward_format,
+                                     reward_reasoning_format, write_completion)
+
 SPLITS = ("train", "validation", "test")
-# How a completion is written: "plain" is `{reasoning} <answer>{answer}</answer>` (what the tiny
-# model was pretrained on); "reasoning" wraps the reasoning in tags,
-# `<reasoning>{reasoning}</reasoning><answer>{answer}</answer>`, the format reasoning-model recipes
-# (and the capstone) train and reward.
-STYLES = ("plain", "reasoning")
 
 # The small world. Fixed tables rather than seeded draws, so a fact is the same in every seed and
 # split; the countries are invented so that the tiny model can only know them from its own
@@ -218,15 +217,6 @@ def split_of(prompt: str) -> str:
     return "train" if bucket < 8 else "validation" if bucket == 8 else "test"
 
 
-def write_completion(reasoning: str, answer: str, style: str = "plain") -> str:
-    """A completion in one of the STYLES."""
-    if style == "plain":
-        return f"{reasoning} {ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
-    if style == "reasoning":
-        return f"{REASONING_OPEN}{reasoning}{REASONING_CLOSE}{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
-    raise ValueError(f"unknown completion style {style!r}; choose one of {', '.join(STYLES)}")
-
-
 def _draw(domain: str, rng: random.Random, split: str, style: str = "plain") -> dict[str, str]:
     """One example of `domain` whose prompt falls in `split` (rejection sampling on the prompt's
     hash)."""
@@ -274,64 +264,6 @@ def make_splits(n_train: int, n_val: int, n_test: int, *, domains: Sequence[str]
     return datasets.DatasetDict(
         {split: datasets.Dataset.from_list(_mixture(n, domains, seed, split, style))
          for split, n in sizes.items()})
-
-
-# ---- Answers and rewards ----
-
-_ANSWER = re.compile(r"<answer>([^<]*)</answer>")  # no answer of ours contains "<"
-
-
-def answer_of(text: str) -> str | None:
-    """The stripped content of the last <answer>...</answer> in `text`, or None if there is none."""
-    found = _ANSWER.findall(text)
-    return found[-1].strip() if found else None
-
-
-def reward_exact_match(prompts: Sequence, completions: Sequence[str], answer: Sequence[str],
-                       **kwargs) -> list[float]:
-    """1.0 for each completion whose tagged answer equals the reference (whitespace runs count as
-    one), else 0.0.
-
-    A TRL-style reward function. The references are named `answer` after the dataset column, because
-    TRL passes the dataset's columns as keyword arguments.
-    """
-    def score(completion, reference):
-        got = answer_of(completion)
-        return float(got is not None and got.split() == reference.split())
-    return [score(c, ref) for c, ref in zip(completions, answer, strict=True)]
-
-
-def reward_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> list[float]:
-    """1.0 for each completion with exactly one non-empty <answer>...</answer> that ends it, else
-    0.0.
-
-    Requiring the answer to come last teaches the policy to stop once it has answered.
-    """
-    def well_formed(text):
-        if text.count(ANSWER_OPEN) != 1 or text.count(ANSWER_CLOSE) != 1:
-            return False
-        body, closed, rest = text.partition(ANSWER_OPEN)[2].partition(ANSWER_CLOSE)
-        return bool(closed and body.strip()) and not rest.strip()
-    return [float(well_formed(c)) for c in completions]
-
-
-_REASONED = re.compile(r"\s*<reasoning>(?P<reasoning>[^<]*\S[^<]*)</reasoning>"
-                       r"\s*<answer>[^<]*\S[^<]*</answer>\s*")
-
-
-def reward_reasoning_format(prompts: Sequence, completions: Sequence[str], **kwargs) -> list[float]:
-    """1.0 for each completion that is exactly `<reasoning>...</reasoning><answer>...</answer>`
-    (both non-empty, nothing before or after but whitespace), else 0.0: the "reasoning" style's
-    format reward."""
-    return [float(_REASONED.fullmatch(c) is not None) for c in completions]
-
-
-def has_reasoning(text: str) -> bool:
-    """Whether `text` holds a closed, non-empty <reasoning>...</reasoning> block
-    (the reasoning-marker rate)."""
-    _, opened, rest = text.partition(REASONING_OPEN)
-    inside, closed, _ = rest.partition(REASONING_CLOSE)
-    return bool(opened and closed and inside.strip())
 
 
 # ---- Preference pairs (DPO) ----

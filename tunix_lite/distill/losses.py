@@ -22,7 +22,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from tunix_lite.training.losses import _chunks, masked_mean, token_log_probs
+from tunix_lite.training.losses import chunks, masked_mean, token_log_probs
 from tunix_lite.training.trainer import COUNT
 
 Divergence = Literal["forward", "reverse", "jsd"]
@@ -218,5 +218,5 @@ def map_token_chunks(fn, chunk: int | None, *arrays: jax.Array):
     if not chunk or chunk >= n:
         return fn(*arrays)
     out = jax.lax.map(jax.checkpoint(lambda args: fn(*args)),
-                      tuple(_chunks(a, chunk) for a in arrays))
+                      tuple(chunks(a, chunk) for a in arrays))
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:])[:n], out)

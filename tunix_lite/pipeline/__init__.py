@@ -30,9 +30,12 @@ section's pairs, or with `on_policy_pairs` on pairs sampled from the model it st
 spec.py: before any compute the file's sections and every stage's config are built and checked, each
 stage as its algorithm's own config (the same checked dataclass `tunix-lite train` builds, rewards
 included), plus what only the pipeline knows (a `from:` that names no earlier stage, a budget too
-short for one step), each problem in one line naming the stage and key.
+short for one step), each problem in one line naming the stage and key; and the plan `--check`
+prints.
+state.py: what the pipeline keeps on disk (pipeline.json, each stage's stage.json marker, the
+pairs and data files, all written atomically) and the session's time budget.
 run.py: then, in order, the data files, the held-out evaluation of the base model, and per stage
-its training, its held-out evaluation (`tunix_lite.reasoning_eval`) and the report (`report/`:
+its training, its held-out evaluation (`tunix_lite.evaluation`) and the report (`report/`:
 table and plots of every stage so far); finally the export. Every piece is written atomically and
 skipped on a rerun once done, so:
 
@@ -46,8 +49,9 @@ delete.
 """
 
 from tunix_lite.pipeline.run import PipelineResult, prepare_data, run_pipeline
-from tunix_lite.pipeline.spec import (Pipeline, load_pipeline, plan, source_marker, stage_values,
+from tunix_lite.pipeline.spec import (Pipeline, load_pipeline, plan, stage_values,
                                       unused_devices_warning)
+from tunix_lite.pipeline.state import source_marker
 
 __all__ = ["Pipeline", "PipelineResult", "load_pipeline", "plan", "prepare_data", "run_pipeline",
            "source_marker", "stage_values", "unused_devices_warning"]

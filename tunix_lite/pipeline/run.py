@@ -5,9 +5,7 @@ atomically and skipped on a rerun once done."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import time
 import uuid
 from pathlib import Path
@@ -16,9 +14,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from tunix_lite.pipeline.spec import (Budget, DataSpec, Pipeline, Stage, on_policy_folder,
-                                      prompt_sources, read_json, read_state, source_marker,
-                                      stage_done, stage_marker, stage_values, write_json)
+from tunix_lite.pipeline.spec import (DataSpec, Pipeline, Stage, on_policy_folder, prompt_sources,
+                                      stage_values)
+from tunix_lite.pipeline.state import (Budget, read_json, read_state, source_marker, stage_done,
+                                       stage_marker, steps_done, write_json, write_jsonl)
 from tunix_lite.training.config import ConfigError
 
 
@@ -34,7 +33,7 @@ class PipelineResult:
 def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
     """Run (or continue) every stage, its evaluation, the report and the export; see
     tunix_lite.pipeline's docstring."""
-    from tunix_lite.reasoning_eval import stage_table, write_report
+    from tunix_lite.evaluation.reports import stage_table, write_report
 
     def say(*args):
         if verbose:
@@ -118,7 +117,7 @@ def prepare_data(pipeline: Pipeline, say=print) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in missing:
         rows = _synthetic_split(data, name)
-        _write_jsonl(folder / f"{name}.jsonl", rows)
+        write_jsonl(folder / f"{name}.jsonl", rows)
         say(f"data: wrote {name} ({len(rows)}) to {folder}")
     write_json(folder / "spec.json", wanted)
 
@@ -152,7 +151,7 @@ def _synthetic_split(data: DataSpec, name: str):
 def _test_records(pipeline: Pipeline) -> list[dict]:
     from tunix_lite.data import reasoning_gym
     from tunix_lite.data.records import load_records
-    from tunix_lite.evaluation import distinct_prompts
+    from tunix_lite.evaluation.accuracy import distinct_prompts
 
     source = pipeline.data.test or str(pipeline.root / "data" / "test.jsonl")
     if reasoning_gym.is_spec(source):  # each prompt once, as `tunix-lite eval` scores them
@@ -174,7 +173,7 @@ def _train_stage(pipeline: Pipeline, stage: Stage, budget: Budget, say) -> bool:
     source = source_marker(pipeline, stage)
     directory = pipeline.stage_dir(stage.name)
     state = read_state(pipeline)
-    before = _steps_done(directory)
+    before = steps_done(directory)
     started_from = state.get("started", {}).get(stage.name)
     if before and started_from is not None and started_from != source["id"]:
         raise ConfigError(f"stage {stage.name!r} has checkpoints from an earlier run of "
@@ -208,7 +207,7 @@ def _sample_pairs(pipeline: Pipeline, stage: Stage, source: dict, say) -> None:
     starts from, on the pipeline's training and validation prompts, judged by their verifier
     (tunix_lite.preference.on_policy). Written once per source model; counts.json says how many
     prompts gave a pair."""
-    from tunix_lite.evaluation import distinct_prompts
+    from tunix_lite.evaluation.accuracy import distinct_prompts
     from tunix_lite.loading import load
     from tunix_lite.preference.on_policy import on_policy_pairs
     from tunix_lite.training.inputs import load_prompt_records
@@ -227,7 +226,8 @@ def _sample_pairs(pipeline: Pipeline, stage: Stage, source: dict, say) -> None:
         say(f"[{stage.name}] on-policy pairs: {len(rows)} {split} prompts x {settings.samples} "
             f"samples from {stage.source}")
         pairs, counts[split] = on_policy_pairs(
-            model, tokenizer, rows, samples=settings.samples, temperature=settings.temperature,
+            model, tokenizer, rows, greedy=False, samples=settings.samples,
+            temperature=settings.temperature,
             max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
             seed=settings.seed + (split == "validation"))
         if not pairs:
@@ -236,27 +236,10 @@ def _sample_pairs(pipeline: Pipeline, stage: Stage, source: dict, say) -> None:
                               f"{split} prompts had both a right and a wrong sample "
                               f"({c['all_right']} all right, {c['all_wrong']} all wrong); raise "
                               "samples or prompts, or start the stage from another model")
-        _write_jsonl(folder / f"{split}.jsonl", pairs)
+        write_jsonl(folder / f"{split}.jsonl", pairs)
         say(f"[{stage.name}] {split}: {len(pairs)} pairs ({counts[split]['all_right']} prompts "
             f"all right, {counts[split]['all_wrong']} all wrong)")
     write_json(folder / "counts.json", counts | {"key": key})
-
-
-def _write_jsonl(path: Path, rows) -> None:
-    """Write then rename: a kill never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(dict(row)) + "\n")
-    os.replace(tmp, path)
-
-
-def _steps_done(directory: Path) -> int:
-    from tunix_lite.training.harness import _checkpoint_steps
-
-    steps = _checkpoint_steps(directory / "checkpoints")
-    return steps[-1] if steps else 0
 
 
 def _write_merged(stage_dir: Path, result) -> Path:
@@ -308,9 +291,9 @@ def _with_unseen(report, unseen: np.ndarray):
 def _evaluate(pipeline: Pipeline, name: str, marker: dict, unseen: np.ndarray, say) -> Any:
     """The held-out evaluation of the model a stage marker names (cached in <name>/eval.json for
     that marker), with its accuracy on the `unseen` test prompts."""
-    from tunix_lite.evaluation import reward_for
     from tunix_lite.loading import load
-    from tunix_lite.reasoning_eval import ReasoningReport, evaluate_reasoning
+    from tunix_lite.evaluation.reasoning import ReasoningReport, evaluate_reasoning
+    from tunix_lite.rewards.judge import reward_for
 
     path = pipeline.stage_dir(name) / "eval.json"
     cached = read_json(path)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import ClassVar, Literal, Sequence
+from typing import ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from tunix_lite.preference import losses
 from tunix_lite.preference.data import (PairConfig, PreferenceBatches, PreferenceData,
                                         tokenize_preferences)
-from tunix_lite.preference.evaluation import answer_flaw, generation_eval, prompt_records
+from tunix_lite.preference.evaluation import generation_eval, prompt_records
+from tunix_lite.preference.on_policy import on_policy_pairs
 from tunix_lite.preference.scoring import completion_sums, reference_log_probs, scoring
 from tunix_lite.training.config import ConfigError, option
 from tunix_lite.training.harness import Run, RunResult
@@ -218,68 +219,6 @@ class PreferenceLoss:
 
 
 # ----------------------------------------------------------------------------- data and the driver
-
-
-def on_policy_pairs(model, tokenizer, records, *, greedy: bool = True, samples: int = 0,
-                    domains: Sequence[str] | None = None, template: str | None = None,
-                    max_new_tokens: int | None = None, batch_size: int = 64,
-                    seed: int = 0) -> tuple[list[dict], dict[str, int]]:
-    """Pairs made of the model's own replies. On-policy pairs push down (and up) what the model
-    actually says rather than a synthetic flaw it may never make (Tajwar et al. 2024, "Preference
-    fine-tuning of LLMs should leverage suboptimal, on-policy data").
-
-    greedy: each record's prompt is answered greedily, and where that answer is flawed (a wrong,
-    untagged or unclosed answer) it replaces the record's rejected completion.
-    samples: each prompt also gets this many replies at temperature 1; where the answer check
-    accepts one and refuses another, the pair becomes (the first accepted, the first refused): both
-    sides the model's own, so the pair differs where the model's choices differ. This overrides the
-    greedy replacement. Elsewhere a record keeps its own pair.
-
-    Where the model only guesses (the tiny model's arithmetic and sequences: pass@8 at chance), its
-    own wrong answer differs from the chosen one in the reasoning too, so the pair pushes down
-    reasoning tokens at random; a synthetic flaw differs in the answer alone, and DPO's
-    shared-prefix terms cancel. `domains`: only records of these domains are answered.
-    records: {"prompt" (text), "chosen", "rejected", "answer"} (+ "domain"). Returns (pairs,
-    {"rejected": pairs whose rejected side is the greedy answer, "sampled": pairs of two samples}).
-    """
-    from tunix_lite.evaluation import TaskEval
-
-    rows = list(records)
-    if not rows or "answer" not in rows[0] or not isinstance(rows[0].get("prompt"), str):
-        raise ConfigError("on_policy_rejected / on_policy_samples: need records with a text prompt "
-                          "and an answer column to judge the model's replies (the synthetic pairs "
-                          "have them)")
-    if domains is not None and "domain" not in rows[0]:
-        raise ConfigError("on_policy_domains: the pairs have no domain column; remove the key")
-    answered = [i for i, r in enumerate(rows) if domains is None or r["domain"] in domains]
-    if not answered:
-        raise ConfigError(f"on_policy_domains: {list(domains)} matches no training pair; the "
-                          f"pairs' domains are {sorted({r['domain'] for r in rows})}")
-    task = TaskEval(model, tokenizer, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"],
-                                        "completion": rows[i]["chosen"]} for i in answered],
-                    template=template, max_new_tokens=max_new_tokens,
-                    batch_size=min(batch_size, len(answered)))
-    pairs, kind = list(rows), {}
-    if greedy:
-        for i, text in zip(answered, task.completions(), strict=True):
-            row = rows[i]
-            if (bool(text.strip()) and answer_flaw(text, row["answer"]) != "correct"
-                    and text != row["chosen"]):
-                pairs[i], kind[i] = row | {"rejected": text}, "rejected"
-    if samples:
-        texts = task.completions(num_samples=samples, temperature=1.0, seed=seed)
-        for n, i in enumerate(answered):
-            replies = texts[n * samples:(n + 1) * samples]
-            right = [answer_flaw(t, rows[i]["answer"]) == "correct" for t in replies]
-            accepted = [t for t, ok in zip(replies, right) if ok]
-            refused = [t for t, ok in zip(replies, right) if not ok and t.strip()]
-            if accepted and refused:
-                pairs[i] = rows[i] | {"chosen": accepted[0], "rejected": refused[0]}
-                kind[i] = "sampled"
-    counts = {"rejected": 0, "sampled": 0}
-    for how in kind.values():
-        counts[how] += 1
-    return pairs, counts
 
 
 def _check_model_path(config: DPOConfig) -> None:

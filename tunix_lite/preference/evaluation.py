@@ -1,9 +1,9 @@
 """What preference tuning changed in greedy answers to held-out prompts: exact match, format, flaws.
 
 The synthetic pairs (`synthetic.preference_pairs`) reject three flaws: a wrong tagged answer, an
-untagged answer and an unclosed tag. `answer_flaws` counts the same three in the model's own greedy
-answers, so a lesson can see whether the generations moved the way the pairs push them, beside exact
-match (which must not fall).
+untagged answer and an unclosed tag (`tunix_lite.rewards.tags.answer_flaw`). `answer_flaws` counts
+the same three in the model's own greedy answers, so a lesson can see whether the generations moved
+the way the pairs push them, beside exact match (which must not fall).
 """
 
 from __future__ import annotations
@@ -12,18 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tunix_lite.data.synthetic import ANSWER_OPEN, answer_of
-
-
-def answer_flaw(text: str, answer: str) -> str:
-    """"correct", "wrong" (a closed tag with another answer), "untagged" (no <answer>) or "unclosed"
-    (<answer> but no complete <answer>...</answer>)."""
-    if ANSWER_OPEN not in text:
-        return "untagged"
-    got = answer_of(text)
-    if got is None:
-        return "unclosed"
-    return "correct" if got.split() == answer.split() else "wrong"
+from tunix_lite.evaluation.accuracy import TaskEval, distinct_prompts
+from tunix_lite.rewards.tags import answer_flaw
 
 
 def answer_flaws(texts: Sequence[str], answers: Sequence[str]) -> dict[str, float]:
@@ -39,8 +29,6 @@ def prompt_records(pairs: Sequence[dict], limit: int | None = None) -> list[dict
     records {"prompt", "answer", "completion" (the chosen one) [, "domain"]}; at most `limit`.
     Held-out pairs repeat a prompt where a domain has few questions (the test split's 40 facts pairs
     ask 10 questions)."""
-    from tunix_lite.evaluation import distinct_prompts
-
     return distinct_prompts(({"prompt": p["prompt"], "answer": p["answer"],
                               "completion": p["chosen"],
                               **({"domain": p["domain"]} if "domain" in p else {})}
@@ -50,8 +38,6 @@ def prompt_records(pairs: Sequence[dict], limit: int | None = None) -> list[dict
 def generation_eval(model, tokenizer, records, **task_eval_options):
     """eval_fn(model) -> TaskEval's exact match and format on `records` ({"prompt", "answer",
     "completion" [, "domain"]}), plus `answer_flaws` of the same greedy answers."""
-    from tunix_lite.evaluation import TaskEval
-
     task = TaskEval(model, tokenizer, records, **task_eval_options)
 
     def evaluate(model) -> dict[str, float]:

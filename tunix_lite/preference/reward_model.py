@@ -163,21 +163,17 @@ def save_reward_model(model: ScalarHead, tokenizer, directory: str | Path, *, se
     interrupted save never looks complete."""
     from safetensors.numpy import save_file
 
-    from tunix_lite.lora import lora_layers, merge_lora
-    from tunix_lite.training.harness import _write_atomically
-    from tunix_lite.weights.hf import save_hf_model
+    from tunix_lite.export import write_model
+    from tunix_lite.training.harness import write_atomically
 
     def write(tmp: Path):
-        save_hf_model(merge_lora(model.backbone) if lora_layers(model.backbone)
-                      else model.backbone, tmp)
-        if hasattr(tokenizer, "save"):
-            tokenizer.save(tmp / "tokenizer.model")
+        write_model(model.backbone, tokenizer, tmp)
         save_file({"kernel": np.asarray(model.head.kernel[...], np.float32),
                    "bias": np.asarray(model.head.bias[...], np.float32)}, tmp / HEAD_FILE,
                   metadata={"seq_len": str(seq_len), "template": template or ""})
 
     directory = Path(directory)
-    _write_atomically(directory, write)
+    write_atomically(directory, write)
     return directory
 
 
@@ -215,7 +211,8 @@ def load_reward_model(path: str | Path) -> tuple[ScalarHead, object, dict]:
 def reward_model_reward(path_or_model: str | Path | ScalarHead, tokenizer=None, *,
                         seq_len: int | None = None, template: str | None = None,
                         batch_size: int = 16) -> RewardFunction:
-    """A reward model as a TRL-style reward function for the RL trainer (`tunix_lite.rl.rewards`).
+    """A reward model as a TRL-style reward function for the RL trainer
+    (`tunix_lite.rewards.functions`).
 
     path_or_model: a directory `save_reward_model` wrote (`run_reward_model` writes
     output_dir/reward_model): checked now, loaded at the first call, so a config naming it fails

@@ -2,14 +2,16 @@
 
 One job per module, read in this order:
 
-- `rewards`: reward functions in TRL's convention, weighted and checked, each logged on its own.
+- `config`: the config GRPO, PPO and the agent share (`RLConfig`): rollouts, rewards by name
+  (tunix_lite.rewards: TRL-convention functions, weighted and checked, each logged on its own),
+  the clipped update, the KL anchor.
 - `advantages`: from rewards to advantages (group-normalised, mean-only, leave-one-out, GAE).
 - `losses`: the policy-gradient pieces as pure array functions (clipped surrogate, KL
   estimators, aggregation modes, value loss) and the GRPO loss built from them.
 - `engine`: the rollout engine seam (the built-in sampler; where vLLM or SGLang-JAX would plug in).
-- `rollouts`: the shared RL config (`RLConfig`); prompts -> G completions each -> rewards ->
-  fixed-length training rows, and the one batch stream (resume, mini-batches, step metrics) every
-  RL driver trains on.
+- `rollouts`: prompts -> G completions each -> rewards -> fixed-length training rows, and the one
+  batch stream (resume, mini-batches, step metrics, how far a rollout lags) every RL driver trains
+  on.
 - `setup`: what every RL driver builds first (model, reference, rewards, engine, rollout devices).
 - `grpo`, `ppo`, `agent`: the algorithms' configs and `run_*` drivers on the run harness.
 """

@@ -10,7 +10,7 @@ masked out of the loss.
 - `calculator_problems`: two- and three-digit arithmetic a small model gets wrong when it answers
   directly, with a tool-use demonstration per problem (`messages`, what an SFT warm start imitates).
 - `Calculator`: the environment. It evaluates the last `<calc>...</calc>` of a reply in the
-  verifier pool (`tunix_lite.verifiers`: a timeout per call, so `9 ** 9 ** 9` costs an error
+  verifier pool (`tunix_lite.rewards.verifiers`: a timeout per call, so `9 ** 9 ** 9` costs an error
   message, not the run).
 - `rollout`: G trajectories per prompt, turn by turn with the sampler: each model turn is sampled
   from the token ids so far (one prefill per prompt for the first turn), the environment's reply
@@ -39,17 +39,19 @@ from typing import ClassVar
 import numpy as np
 
 from tunix_lite.chat import TEMPLATES, format_chat, format_chat_with_mask
-from tunix_lite.data.synthetic import answer_of, split_of
-from tunix_lite.math_answers import evaluate_expression
+from tunix_lite.data.synthetic import split_of
+from tunix_lite.rewards.math_answers import evaluate_expression
+from tunix_lite.rewards.tags import answer_of
+from tunix_lite.rewards.verifiers import VerifierPool
 from tunix_lite.rl.advantages import ESTIMATORS
+from tunix_lite.rl.config import RLConfig
 from tunix_lite.rl.losses import grpo_loss
-from tunix_lite.rl.rollouts import Prompts, RLConfig, RolloutStream, old_log_probs
+from tunix_lite.rl.rollouts import Prompts, RolloutStream, old_log_probs
 from tunix_lite.rl.setup import rl_setup
 from tunix_lite.sampler import Sampler
 from tunix_lite.tokenizer import padding_id
 from tunix_lite.training.config import ConfigError, option
 from tunix_lite.training.trainer import pad_batch
-from tunix_lite.verifiers import VerifierPool
 
 CALL = re.compile(r"<calc>(.*?)</calc>", re.S)
 RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"

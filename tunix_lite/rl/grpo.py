@@ -45,8 +45,9 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from tunix_lite.rl.advantages import ESTIMATORS, decoupled_advantages
+from tunix_lite.rl.config import RLConfig
 from tunix_lite.rl.losses import grpo_loss
-from tunix_lite.rl.rollouts import GroupSampler, RLConfig, RolloutStream, old_log_probs
+from tunix_lite.rl.rollouts import GroupSampler, RolloutStream, old_log_probs
 from tunix_lite.rl.setup import rl_setup
 from tunix_lite.tokenizer import padding_id
 from tunix_lite.training.config import ConfigError, option
@@ -116,7 +117,7 @@ def grpo_rows(config: GRPOConfig, model, pad_id: int, weights: Mapping[str, floa
 
 def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunResult:
     """Train config.model with GRPO (or the variant the config names); `rewards` (a
-    tunix_lite.rl.rewards.Rewards) replaces the config's named rewards, e.g. with your own
+    tunix_lite.rewards.functions.Rewards) replaces the config's named rewards, e.g. with your own
     functions. Writes curves.png beside the run's other outputs."""
     setup = rl_setup(config, rewards=rewards, verbose=verbose)
     model, tokenizer, rewards = setup.model, setup.tokenizer, setup.rewards

@@ -38,8 +38,9 @@ from flax import nnx
 
 from tunix_lite.models.heads import ScalarHead
 from tunix_lite.rl.advantages import gae, whiten
+from tunix_lite.rl.config import RLConfig
 from tunix_lite.rl.losses import KL_ESTIMATORS, clipped_surrogate, clipped_value_loss, token_mean
-from tunix_lite.rl.rollouts import GroupSampler, RLConfig, RolloutStream
+from tunix_lite.rl.rollouts import GroupSampler, RolloutStream
 from tunix_lite.rl.setup import rl_setup
 from tunix_lite.tokenizer import padding_id
 from tunix_lite.training.config import option

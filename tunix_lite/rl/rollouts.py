@@ -8,10 +8,10 @@
 
 Every rollout pads its prompts to the same length and asks for the same number of them, so the
 rollout program and the train step each compile once per run, whatever the prompts' lengths
-(`tunix_lite.data.rollouts`). Shared by GRPO, PPO and the agent: the config they all extend
-(`RLConfig`), the seam where an algorithm supplies its sampling (`RolloutSampler`: `GroupSampler`
-here, the agent's multi-turn `TrajectorySampler`), and the one batch stream that turns rollouts into
-optimizer steps (`RolloutStream`).
+(`tunix_lite.data.rollouts`). Shared by GRPO, PPO and the agent (whose config, `RLConfig`, is in
+`tunix_lite.rl.config`): the seam where an algorithm supplies its sampling (`RolloutSampler`:
+`GroupSampler` here, the agent's multi-turn `TrajectorySampler`), and the one batch stream that
+turns rollouts into optimizer steps (`RolloutStream`).
 """
 
 from __future__ import annotations
@@ -19,129 +19,19 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 from flax import nnx
 
 from tunix_lite.chat import format_chat
-from tunix_lite.data import reasoning_gym
 from tunix_lite.data.rollouts import rollout_rows
+from tunix_lite.rewards.functions import Rewards
+from tunix_lite.rl.config import RLConfig  # noqa: F401 - its former home, for older imports
 from tunix_lite.rl.engine import RolloutEngine
-from tunix_lite.rl.rewards import Rewards, overlong_penalty, reward_set
 from tunix_lite.sampler import GenerateOutput
-from tunix_lite.training.config import ConfigError, TrainConfig, check_mesh, option
 from tunix_lite.training.losses import sequence_log_probs
 from tunix_lite.training.trainer import score_batch
-
-
-@dataclasses.dataclass
-class RLConfig(TrainConfig):
-    """A TrainConfig with rollouts, rewards, the clipped update and the KL anchor: what GRPO, PPO
-    and the agent share."""
-
-    group_size: int = option(8, "G: completions sampled per prompt", ge=1)
-    max_new_tokens: int = option(64, "completion budget in tokens", ge=1)
-    max_prompt_tokens: int | None = option(
-        None, "longest prompt allowed; a completion is cut where its row of seq_len tokens ends "
-              "(null: seq_len + 1 - max_new_tokens, no cuts)", ge=1)
-    temperature: float = option(
-        1.0, "rollout sampling temperature (the loss scores the policy at 1.0)", gt=0)
-    top_k: int | None = option(None, "sample from the k most likely tokens only (null: all)", ge=1)
-    top_p: float | None = option(None, "nucleus sampling mass (null: off)", gt=0, le=1)
-    rollout_dtype: Literal["float32", "bfloat16"] = option(
-        "float32", "weights and matmuls of the rollout sampler: bfloat16 samples from a copy "
-                   "cast once per update (half the bytes per token on GPU/TPU; slower on "
-                   "XLA:CPU, see tunix_lite.sampler); the loss and old log-probs are computed "
-                   "by the trained model")
-    rewards: list[str] = option(["exact_match", "format"],
-                                "reward functions by name (tunix_lite.rl.rewards), or "
-                                "reward_model:PATH for a trained reward model")
-    reward_weights: list[float] | None = option(None, "one weight per reward (null: 1.0 each)")
-    overlong_buffer: int = option(0, "DAPO's soft overlong punishment over the last N tokens of "
-                                     "the budget, added as reward 'overlong' (0: off)", ge=0)
-    inner_iterations: int = option(1, "mu: optimizer passes over each rollout batch", ge=1)
-    mini_batches: int = option(
-        1, "optimizer steps per pass: each rollout batch is split into this many", ge=1)
-    epsilon_low: float = option(0.2, "clip the ratio below at 1 - epsilon_low", gt=0, lt=1)
-    epsilon_high: float = option(
-        0.2, "clip the ratio above at 1 + epsilon_high (DAPO's clip-higher: 0.28)", gt=0)
-    beta: float = option(
-        0.04, "KL penalty to the reference policy (0: no reference model at all)", ge=0)
-    kl_estimator: Literal["k1", "k3"] = option(
-        "k3", "per-token KL estimator (tunix_lite.rl.losses)")
-    n_accuracy: int = option(
-        64, "validation prompts answered greedily for exact match (0: none)", ge=0, resume="free")
-    n_test: int = option(
-        0, "held-out test-split prompts answered greedily before and after training (0: none)",
-        ge=0, resume="free")
-    rollout_mesh: str | dict[str, int] | None = option(
-        None, "sample on devices of their own: null (colocated: on the trainer's devices, from its "
-              "weights), axis sizes {data: D, fsdp: F, tensor: T} over the last D x F x T devices, "
-              "or a strategy (or sizes with one -1) over the last half; `mesh:` then spans the "
-              "devices left, and after each update the trained weights (LoRA: only the adapters) "
-              "are resharded onto the rollout copy", resume="free")
-
-    @property
-    def steps_per_rollout(self) -> int:
-        return self.inner_iterations * self.mini_batches
-
-    def check(self) -> None:
-        if "reasoning_gym" in self.rewards:
-            self._check_reasoning_gym_reward()
-        rows = self.batch_size * self.group_size
-        if rows % (self.mini_batches * self.micro_batches):
-            raise ConfigError(f"mini_batches: {self.batch_size} prompts x {self.group_size} "
-                              f"completions = {rows} rows cannot be split into {self.mini_batches} "
-                              f"mini-batches of {self.micro_batches} micro-batches")
-        if self.checkpoint_every % self.steps_per_rollout:
-            raise ConfigError(f"checkpoint_every: {self.checkpoint_every} is not a multiple of the "
-                              f"{self.steps_per_rollout} optimizer steps each rollout feeds "
-                              "(inner_iterations x mini_batches), so a resumed run could not "
-                              "continue exactly")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
-            raise ConfigError(f"reward_weights: {len(self.reward_weights)} weights for "
-                              f"{len(self.rewards)} rewards ({', '.join(self.rewards)})")
-        # an unknown name is a ConfigError here, before any data or weights load
-        self.reward_functions()
-        if self.rollout_mesh is not None:
-            check_mesh(self.rollout_mesh, None, key="rollout_mesh")
-        if self.overlong_buffer > self.max_new_tokens:
-            raise ConfigError(f"overlong_buffer: {self.overlong_buffer} is longer than "
-                              f"max_new_tokens={self.max_new_tokens}")
-        if self.prompt_budget < 1 or self.prompt_budget >= self.seq_len:
-            raise ConfigError(f"seq_len: rows of {self.seq_len} tokens leave no room for both a "
-                              f"prompt of up to {self.prompt_budget} tokens and a completion "
-                              f"(max_new_tokens={self.max_new_tokens}); raise seq_len or set "
-                              "max_prompt_tokens")
-
-    def _check_reasoning_gym_reward(self) -> None:
-        """The reasoning_gym reward scores reasoning_gym data (its entry column); its tasks'
-        scorers are probed here, so an unsound one stops before any compute."""
-        if self.train_data == "synthetic":
-            raise ConfigError("rewards: reasoning_gym scores reasoning_gym data (its entry "
-                              "column); set train_data: reasoning_gym:TASK")
-        if reasoning_gym.is_spec(self.train_data):
-            try:
-                reasoning_gym.probe_scorers(self.train_data)
-            except ValueError as e:
-                raise ConfigError(f"rewards: {e}") from None
-
-    @property
-    def prompt_budget(self) -> int:
-        """The longest prompt a row holds."""
-        return self.max_prompt_tokens or self.seq_len + 1 - self.max_new_tokens
-
-    def reward_functions(self) -> Rewards:
-        try:
-            rewards = reward_set(self.rewards, self.reward_weights)
-        except ValueError as e:
-            raise ConfigError(f"rewards: {e}") from None
-        if self.overlong_buffer:
-            return Rewards(rewards.functions | {"overlong": overlong_penalty(self.max_new_tokens,
-                                                                             self.overlong_buffer)},
-                           list(rewards.weights.values()) + [1.0])
-        return rewards
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -411,13 +301,28 @@ class RolloutStream:
     are dropped and more prompts are drawn (at most `max_refills` extra rollouts) until B groups
     carry signal; if they never do, the rollout trains on the groups it has plus zero-weight
     padding rows.
+
+    Staleness: `lag(step)` is how many optimizer updates the weights that sampled a step's rollout
+    trail the weights that step updates. Here each rollout is sampled from the live model just
+    before its first step, so the lag is (step - 1) % S, which the old log-probs (taken at sampling
+    time) correct for. `rollout_lag` is how many updates more a rollout may trail when it is
+    sampled: 0 here; an asynchronous sampler, drawing rollout k + 1 while rollout k trains, has S.
     """
 
     def __init__(self, config, sampler: RolloutSampler, prepare, *,
-                 dynamic_sampling: bool = False, max_refills: int = 0):
+                 dynamic_sampling: bool = False, max_refills: int = 0, rollout_lag: int = 0):
+        if rollout_lag < 0:
+            raise ValueError(f"rollout_lag: {rollout_lag} updates; a rollout cannot be sampled "
+                             "from weights newer than the step that trains on it")
         self.config, self.sampler, self.prepare = config, sampler, prepare
         self.dynamic_sampling, self.max_refills = dynamic_sampling, max_refills
+        self.rollout_lag = rollout_lag
         self._metrics: dict[int, dict] = {}
+
+    def lag(self, step: int) -> int:
+        """Optimizer updates between the weights that sampled step `step`'s rollout (steps count
+        from 1) and the weights the step updates."""
+        return self.rollout_lag + (step - 1) % self.config.steps_per_rollout
 
     def sample(self, rollout: int, index: Sequence[int], attempt: int = 0) -> Rollout:
         return self.sampler(index, rollout_seed(self.config.seed, rollout, attempt))

@@ -22,7 +22,7 @@ from flax import nnx
 
 from tunix_lite import sharding
 from tunix_lite.rl.engine import SamplerEngine
-from tunix_lite.rl.rewards import Rewards
+from tunix_lite.rewards.functions import Rewards
 from tunix_lite.rl.rollouts import Prompts
 from tunix_lite.training.config import ConfigError, check_mesh
 from tunix_lite.training.harness import Run

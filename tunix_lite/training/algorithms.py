@@ -12,7 +12,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from tunix_lite.training.config import SHARED_PARTS, ConfigError, apply_settings, read_yaml
+from tunix_lite.training.checked import ConfigError, apply_settings, read_yaml
+from tunix_lite.training.config import SHARED_PARTS
 
 # algorithm -> (module, config class, driver)
 ALGORITHMS = {

@@ -27,14 +27,15 @@ def validation_loss_fn(data: SFTData, batch_size: int) -> Callable[[nnx.Module],
 def task_eval_fn(config, model, tokenizer, validation, *, max_new_tokens: int | None = None,
                  n_test: int = 0, policy: Callable[[nnx.Module], nnx.Module] = lambda m: m):
     """eval_fn(model) -> greedy accuracy (judged as training's reward would:
-    `evaluation.reward_for`) and format on the first config.n_accuracy validation records, and
+    `rewards.judge.reward_for`) and format on the first config.n_accuracy validation records, and
     with `n_test` on that many held-out test-split prompts of the synthetic tasks (keys prefixed
     "test_"). None when there is nothing to answer: both 0, or validation records without an
     answer column and no n_test.
 
     max_new_tokens: the answer budget (None: from the longest reference completion).
     policy(model): the language model inside what trains (PPO trains a value head around it)."""
-    from tunix_lite.evaluation import TaskEval, reward_for
+    from tunix_lite.evaluation.accuracy import TaskEval
+    from tunix_lite.rewards.judge import reward_for
 
     evals = []
     if config.n_accuracy and "answer" in validation.column_names:

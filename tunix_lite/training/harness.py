@@ -67,7 +67,7 @@ class RunResult:
     finished: bool = True
 
 
-def _checkpoint_steps(directory: Path) -> list[int]:
+def checkpoint_steps(directory: Path) -> list[int]:
     """Steps with a checkpoint folder, read without starting Orbax."""
     if not directory.is_dir():
         return []
@@ -89,7 +89,7 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
     """write(tmp) then rename tmp -> path (a file or a directory), replacing what was there. An
     interruption leaves the old `path` (or none) and hidden .partial / .old names, never a
     half-written `path`."""
@@ -170,7 +170,7 @@ class Run:
         _writable(out)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"output_dir: {out} is a file")
-        steps = _checkpoint_steps(out / "checkpoints")
+        steps = checkpoint_steps(out / "checkpoints")
         if steps:
             saved_file = out / "config.yaml"
             if not saved_file.is_file():
@@ -384,17 +384,12 @@ class Run:
         if self.config.lora_rank:
             from tunix_lite.lora import save_adapters
 
-            _write_atomically(out / "adapters.safetensors", lambda tmp: save_adapters(model, tmp))
+            write_atomically(out / "adapters.safetensors", lambda tmp: save_adapters(model, tmp))
         else:
-            from tunix_lite.weights.hf import save_hf_model
+            from tunix_lite.export import write_model
 
-            def write_model(tmp: Path):
-                save_hf_model(model, tmp)
-                if hasattr(tokenizer, "save"):
-                    tokenizer.save(tmp / "tokenizer.model")
-
-            _write_atomically(out / "model", write_model)
-        _write_atomically(out / "scores.json", lambda tmp: tmp.write_text(
+            write_atomically(out / "model", lambda tmp: write_model(model, tokenizer, tmp))
+        write_atomically(out / "scores.json", lambda tmp: tmp.write_text(
             json.dumps({"before": before, "after": after}, indent=1) + "\n", encoding="utf-8"))
         self.say(f"wrote {out}")
 

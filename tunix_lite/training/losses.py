@@ -24,7 +24,7 @@ def token_log_probs(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
-def _chunks(x: jax.Array, size: int) -> jax.Array:
+def chunks(x: jax.Array, size: int) -> jax.Array:
     """[N, ...] -> [N / size, size, ...], zero-padding N up to a multiple of size."""
     pad = -x.shape[0] % size
     x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
@@ -72,7 +72,7 @@ def _chunked_forward(features, head, targets, chunk, softcap):
         return logp, jnp.dot(grad_logits, head.T.astype(jnp.float32))  # d log p / d x: [C, D]
 
     n = features.shape[0]
-    logp, grad_x = jax.lax.map(one, (_chunks(features, chunk), _chunks(targets, chunk)))
+    logp, grad_x = jax.lax.map(one, (chunks(features, chunk), chunks(targets, chunk)))
     logp, grad_x = logp.reshape(-1)[:n], grad_x.reshape(-1, features.shape[1])[:n]
     return logp, (features, head, targets, grad_x)
 
@@ -88,7 +88,7 @@ def _chunked_backward(chunk, softcap, residuals, g):
         return d_head + jnp.dot(x.T.astype(jnp.float32), gc[:, None] * grad_logits), None
 
     d_head, _ = jax.lax.scan(one, jnp.zeros(head.shape, jnp.float32),
-                             (_chunks(features, chunk), _chunks(targets, chunk), _chunks(g, chunk)))
+                             (chunks(features, chunk), chunks(targets, chunk), chunks(g, chunk)))
     return d_features, d_head.astype(head.dtype), None
 
 

@@ -24,7 +24,7 @@ written below each table):
 - curves/<model>.jsonl: the training curve of each RL run, step by step up to the committed
   checkpoint, drawn in 06_rl_reasoning_gym.png and summed up beside the held-out accuracy of the
   same model (test_seed31_<model>.json): tunix_lite's GRPO, Dr. GRPO and RLOO, and TRL's
-  GRPOTrainer on the identical setting (scripts/rl_trl_beside.py), which gets a table of its own
+  GRPOTrainer on the identical setting (course/results/scripts/rl_trl_beside.py), which gets a table of its own
   beside tunix_lite's GRPO.
 - entropy.json: the entropy of the GRPO policies, exact and as -log p of the sampled tokens, on the
   same samples (rl_entropy.py): TRL logs the first, tunix_lite the second.
@@ -220,7 +220,7 @@ def trl_section(curves: dict[str, list[dict]], held_out: dict[str, dict]) -> lis
              "|---|---|---|---|"] + [f"| {' | '.join(row)} |" for row in rows]
     return ["## TRL beside us", "",
             f"TRL {TRL_VERSION}'s `GRPOTrainer` on the identical setting "
-            "(scripts/rl_trl_beside.py: the same start weights, prompt ids in the same order, "
+            "(course/results/scripts/rl_trl_beside.py: the same start weights, prompt ids in the same order, "
             "reward, schedule, LoRA and its initial A; only the sampling RNG differs), stopped "
             "at the same step. Its adapters are committed as "
             f"`course/results/rl_models/{TRL}`.", "", *lines, ""]

@@ -102,7 +102,7 @@ FORBIDDEN = {  # the library's estimators, surrogates and aggregations
     "kl_k3_off_policy": ("tunix_lite.rl",),
     "gae_with_dones": ("tunix_lite.rl",),
     "packed_aggregate": ("tunix_lite.rl",),
-    "reward_answer": ("tunix_lite.rl", "tunix_lite.verifiers", "tunix_lite.preference.evaluation",
+    "reward_answer": ("tunix_lite.rl", "tunix_lite.rewards", "tunix_lite.verifiers", "tunix_lite.preference.evaluation",
                       "tunix_lite.data.synthetic.answer_of",
                       "tunix_lite.data.synthetic.reward_exact_match",
                       "tunix_lite.data.synthetic.reward_format",

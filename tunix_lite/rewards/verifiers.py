@@ -51,9 +51,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 
-from tunix_lite import sandbox
-from tunix_lite.math_answers import check_math, evaluate_expression
-from tunix_lite.sandbox import harden_current_process, run_untrusted
+from tunix_lite.rewards import sandbox
+from tunix_lite.rewards.math_answers import check_math, evaluate_expression
+from tunix_lite.rewards.sandbox import harden_current_process, run_untrusted
 
 TIMEOUT = 2.0  # seconds per call
 # address-space limit per worker (Linux), so `"x" * 10**12` fails in the worker, not the machine
@@ -297,7 +297,7 @@ def verifier_events() -> dict[str, int]:
     the change per rollout, so a policy that learns to attack its verifier shows up in the logs."""
     counts = {key: sum(pool.stats[key] for pool in list(_POOLS))
               for key in ("calls", "timeouts", "crashes", "errors")}
-    with sandbox._EVENTS_LOCK:
+    with sandbox.EVENTS_LOCK:
         for key in ("silent", "program_errors", "non_plain_values"):
             counts[key] = sandbox.EVENTS[key]
     return counts
@@ -323,7 +323,7 @@ def check_steps(completion: str) -> float:
     in the completion holds and the tagged answer is the last result, 0.5 when there are no
     equations to check but there is an answer, 0.0 otherwise. Best-of-N can rank samples by it
     without knowing the answer."""
-    from tunix_lite.data.synthetic import answer_of  # a light module: no JAX
+    from tunix_lite.rewards.tags import answer_of  # a light module: no JAX
 
     answer = answer_of(completion)
     if answer is None:
@@ -415,7 +415,7 @@ def check_code(program: str | None, tests: str | Sequence[str], *,
 
 
 def _answers(completions: Sequence[str]) -> list[str | None]:
-    from tunix_lite.data.synthetic import answer_of
+    from tunix_lite.rewards.tags import answer_of
 
     return [answer_of(c) for c in completions]
 
@@ -431,7 +431,7 @@ def reward_math(prompts, completions: Sequence[str], answer: Sequence[str],
 def _math_check() -> Callable[..., float]:
     """check_math, or with math-verify (tunix_lite.math_latex) where math-verify is installed."""
     try:
-        from tunix_lite.math_latex import check_math_latex
+        from tunix_lite.rewards.math_latex import check_math_latex
     except ImportError:
         return check_math
     return check_math_latex

@@ -7,7 +7,7 @@ A reward function scores a batch of completions:
 
 `columns` holds the dataset's other columns (e.g. `answer`, `domain`), one value per completion, and
 `completion_ids` (the generated token ids, stop token included), so a reward can count tokens rather
-than characters. `tunix_lite.data.synthetic.reward_exact_match` and `reward_format` follow this
+than characters. `tunix_lite.rewards.tags.reward_exact_match` and `reward_format` follow this
 convention, and so does any function written for TRL's GRPOTrainer.
 
     rewards = Rewards({"exact_match": reward_exact_match, "format": reward_format},
@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tunix_lite.data.reasoning_gym import reward_reasoning_gym
-from tunix_lite.data.synthetic import reward_exact_match, reward_format, reward_reasoning_format
-from tunix_lite.verifiers import reward_code, reward_math, reward_steps, verifier_events
+from tunix_lite.rewards.reasoning_gym import reward_reasoning_gym
+from tunix_lite.rewards.tags import reward_exact_match, reward_format, reward_reasoning_format
+from tunix_lite.rewards.verifiers import reward_code, reward_math, reward_steps, verifier_events
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -64,8 +64,8 @@ def overlong_penalty(max_tokens: int, buffer: int) -> RewardFn:
 # Names a config file may use (`rewards: [exact_match, format]`). The verifiers' rewards (math,
 # code, steps) run their checks in a worker pool with a timeout per call, as does reasoning_gym
 # (each task's own scorer, on `reasoning_gym:TASK` data). A trained reward model is named by its
-# directory: `reward_model:runs/rm_tiny/reward_model`
-# (tunix_lite.preference.reward_model.reward_model_reward).
+# directory: `reward_model:runs/rm_tiny/reward_model`; the caller says how one loads (`reward_set`'s
+# load_reward_model: tunix_lite.preference.reward_model.reward_model_reward, which RLConfig passes).
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "exact_match": reward_exact_match, "format": reward_format,
     "reasoning_format": reward_reasoning_format, "math": reward_math, "code": reward_code,
@@ -143,18 +143,21 @@ class Rewards:
 
 
 def reward_set(names: Sequence[str], weights: Sequence[float] | None = None, *,
-               extra: Mapping[str, RewardFn] | None = None) -> Rewards:
+               extra: Mapping[str, RewardFn] | None = None,
+               load_reward_model: Callable[[str], RewardFn] | None = None) -> Rewards:
     """Rewards from names in REWARD_FUNCTIONS (and `extra`), or `reward_model:PATH` for a saved
-    reward model (its directory is checked here, its weights load at the first call), as a config
-    file lists them."""
+    reward model, as a config file lists them. `load_reward_model(PATH)` makes that reward (this
+    floor holds no model code: `tunix_lite.preference.reward_model.reward_model_reward` checks the
+    directory at once and loads the weights at the first call)."""
     known = REWARD_FUNCTIONS | dict(extra or {})
     functions = {}
     for name in names:
         if name.startswith(REWARD_MODEL):
-            from tunix_lite.preference.reward_model import reward_model_reward
-
+            if load_reward_model is None:
+                raise ValueError(f"{name!r}: pass load_reward_model=tunix_lite.preference."
+                                 "reward_model.reward_model_reward to load a trained reward model")
             try:
-                functions[name] = reward_model_reward(name.removeprefix(REWARD_MODEL))
+                functions[name] = load_reward_model(name.removeprefix(REWARD_MODEL))
             except ValueError as e:
                 raise ValueError(f"{name!r}: {e}") from None
         elif name in known:

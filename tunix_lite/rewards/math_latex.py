@@ -6,7 +6,7 @@ module while it loads the call, before the call's timeout starts, and both take 
 
 from math_verify import parse, verify
 
-from tunix_lite.math_answers import check_math
+from tunix_lite.rewards.math_answers import check_math
 
 
 def check_math_latex(predicted: str | None, reference: str, rel_tol: float = 1e-6) -> float:

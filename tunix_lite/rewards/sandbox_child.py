@@ -43,7 +43,7 @@ _READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE | READ_FILE | READ_DIR
 _FILE_RIGHTS = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14  # the only rights a rule on one file may carry
 
 
-def _die_with_parent(parent: int | None) -> None:
+def die_with_parent(parent: int | None) -> None:
     """SIGKILL this process when its parent dies (Linux); exit now if `parent` is gone already."""
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -51,7 +51,7 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def _namespaces() -> bool:
+def enter_namespaces() -> bool:
     """New user, network and PID namespaces, then fork: the child goes on as pid 1; this process
     waits for it and exits with its status. False (and nothing changed) where the kernel refuses."""
     if _libc is None:
@@ -69,7 +69,7 @@ def _namespaces() -> bool:
     if child:
         _, status = os.waitpid(child, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    _die_with_parent(None)  # its parent is outside the namespace (getppid() is 0 in here)
+    die_with_parent(None)  # its parent is outside the namespace (getppid() is 0 in here)
     return True
 
 
@@ -90,7 +90,7 @@ def _leave_root() -> bool:
     return True
 
 
-def _limit(config: dict) -> None:
+def set_limits(config: dict) -> None:
     """rlimits from `config`; a None leaves that limit as it is (the grader's worker runs jax, which
     needs its threads and a large address space)."""
     memory, file = (config[key] and config[key] * 2**20 for key in ("memory_mb", "file_mb"))
@@ -107,7 +107,7 @@ def _limit(config: dict) -> None:
             pass
 
 
-def _landlock(read_paths: list[str], write_path: str) -> int:
+def landlock(read_paths: list[str], write_path: str) -> int:
     """Confine this process with Landlock; returns the ABI version used, 0 where there is none."""
     if _libc is None:
         return 0
@@ -145,7 +145,7 @@ def _landlock(read_paths: list[str], write_path: str) -> int:
     return abi if ok else 0
 
 
-def _plain(value, depth: int = 0, leaf=None):
+def to_plain(value, depth: int = 0, leaf=None):
     """`value` as a type-tagged JSON tree of builtins, exact types only: an object with a forged
     `__eq__`, or a subclass of int, has no plain form and fails its probe. `leaf(value)` tags what
     is not a builtin (the grader's arrays), or raises."""
@@ -155,9 +155,9 @@ def _plain(value, depth: int = 0, leaf=None):
     if value is None or kind in (bool, int, float, str):
         return [kind.__name__, value]
     if kind in (list, tuple, set, frozenset):
-        return [kind.__name__, [_plain(v, depth + 1, leaf) for v in value]]
+        return [kind.__name__, [to_plain(v, depth + 1, leaf) for v in value]]
     if kind is dict:
-        return ["dict", [[_plain(k, depth + 1, leaf), _plain(v, depth + 1, leaf)]
+        return ["dict", [[to_plain(k, depth + 1, leaf), to_plain(v, depth + 1, leaf)]
                          for k, v in value.items()]]
     if kind is bytes:
         return ["bytes", value.hex()]
@@ -218,15 +218,15 @@ def _call(config_path: str, results: int, zygote: int) -> None:
     with open(config_path) as f:
         config = json.load(f)
     os.unlink(config_path)
-    _die_with_parent(zygote)
-    isolation = {"namespaces": _namespaces()}
+    die_with_parent(zygote)
+    isolation = {"namespaces": enter_namespaces()}
     isolation["nobody"] = not isolation["namespaces"] and _leave_root()
-    _limit(config)
+    set_limits(config)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     quiet = os.open(os.devnull, os.O_WRONLY)  # before Landlock, which allows no writes outside
     os.dup2(quiet, 1)
     os.dup2(quiet, 2)
-    isolation["landlock"] = _landlock(config["read_paths"], os.getcwd())
+    isolation["landlock"] = landlock(config["read_paths"], os.getcwd())
     send, evaluate, execute = out.write, eval, exec  # held now: the program's patches miss them
 
     def answer(message: dict) -> None:
@@ -249,7 +249,7 @@ def _call(config_path: str, results: int, zygote: int) -> None:
     for index, (mode, code) in enumerate(probes):
         try:
             value = evaluate(code, namespace) if mode == "eval" else execute(code, namespace)
-            answer({"probe": index, "value": _plain(value)})
+            answer({"probe": index, "value": to_plain(value)})
         except BaseException as e:  # noqa: BLE001
             answer({"probe": index, "error": f"{type(e).__name__}: {e}"[:300]})
 

@@ -84,7 +84,7 @@ _PR_SET_DUMPABLE = 4
 # a program that ended silently (killed, or it closed its pipe), raised, or returned a value that
 # is not plain data (a forged object, as an attack would). Timeouts raise: the caller counts them.
 EVENTS: collections.Counter = collections.Counter()
-_EVENTS_LOCK = threading.Lock()
+EVENTS_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -118,7 +118,7 @@ def run_untrusted(program: str, probes: Sequence[tuple[str, str]], *, timeout: f
         config = os.path.join(home, ".config.json")
         with open(config, "w") as f:
             json.dump({"program": program, "probes": list(map(list, probes)),
-                       "read_paths": _read_paths(), "cpu_seconds": math.ceil(timeout) + 1,
+                       "read_paths": read_paths(), "cpu_seconds": math.ceil(timeout) + 1,
                        "memory_mb": memory_mb, "file_mb": FILE_MB}, f)
         child, results = _ZYGOTE.fork(config)
         try:
@@ -142,7 +142,7 @@ def _events(outcome: Outcome) -> collections.Counter:
 
 
 def _count(events: collections.Counter) -> None:
-    with _EVENTS_LOCK:
+    with EVENTS_LOCK:
         EVENTS.update(events)
 
 
@@ -225,7 +225,7 @@ def capabilities() -> dict:
 
 
 @functools.cache
-def _read_paths() -> list[str]:
+def read_paths() -> list[str]:
     stdlib = {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
     zipped = [p for p in sys.path if p.endswith(".zip")]  # python3XX.zip, where the build has one
     return sorted(stdlib | set(zipped)) + list(_READ_PATHS)
@@ -309,7 +309,7 @@ _SEQUENCES = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 
 
 def decode(node, leaf=None) -> object:
-    """A type-tagged JSON tree (see `sandbox_child._plain`) as plain builtins built here; ValueError
+    """A type-tagged JSON tree (`sandbox_child.to_plain`) as plain builtins built here; ValueError
     for anything else. `leaf(kind, value)` builds the other kinds it knows (the grader's arrays)."""
     kind, value = node
     if kind in _SCALARS and type(value) in _SCALARS[kind]:

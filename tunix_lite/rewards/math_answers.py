@@ -1,8 +1,9 @@
 """Math answers compared by rule: arithmetic read without `eval`, numbers and lists of numbers.
 
-These are trusted checks: the verifier pool (tunix_lite.verifiers) runs them in worker processes
-with a timeout, because an expression such as `9 ** 9 ** 9` is legal and would take hours.
-math-verify's LaTeX reading is layered on top in tunix_lite.math_latex.
+These are trusted checks: the verifier pool (tunix_lite.rewards.verifiers) runs them in worker
+processes with a timeout, because an expression such as `9 ** 9 ** 9` is legal and would take
+hours.
+math-verify's LaTeX reading is layered on top in tunix_lite.rewards.math_latex.
 """
 
 import ast
@@ -53,7 +54,8 @@ def check_math(predicted: str | None, reference: str, rel_tol: float = 1e-6, lat
     `latex`: math-verify's `(parse, verify)`, to also accept what those rules cannot read when the
     reference holds a digit or a backslash: `\\frac{1}{2}` for `0.5`, `1+x^2` for `x^2+1`. Plain
     words never reach it: read as math, `bleu` is the product b*l*e*u, equal to `blue`. The reward
-    passes it through `tunix_lite.math_latex.check_math_latex` where math-verify is installed."""
+    passes it through `tunix_lite.rewards.math_latex.check_math_latex` where math-verify is
+    installed."""
     if predicted is None:
         return 0.0
     expected, got = _numbers(reference), _numbers(predicted)

@@ -1,4 +1,4 @@
-"""The reasoning_gym reward's check as a verifier worker runs it (tunix_lite.data.reasoning_gym).
+"""The reasoning_gym reward's check as a verifier worker runs it (tunix_lite.rewards.reasoning_gym).
 
 reasoning-gym is imported at the top on purpose: a worker imports a check's module while it loads
 the call, before the call's timeout starts, and reasoning-gym takes ~1.5 s to load.

@@ -13,12 +13,12 @@ prompt would count one greedy answer several times.
 The scorer is the one RL trains with, so "better on eval" and "more reward" mean the same thing:
 the task's own scorer (`reward_reasoning_gym`) for reasoning-gym records (they carry an `entry`
 column, also when read back from a file), exact match of the tagged answer (`reward_exact_match`)
-for everything else. Full marks count as right.
+for everything else (`tunix_lite.rewards.judge`, the one judge). Full marks count as right.
 
 The report: greedy accuracy with a 95% Wilson interval, the format rate (a tagged answer ends the
 reply), the mean reward, a per-task (`domain`) table with n and intervals; with K > 1 samples,
-pass@K and maj@K over them (`tunix_lite.reasoning_eval`: the unbiased pass@k estimator and an
-exact majority vote).
+pass@K and maj@K over them (`tunix_lite.evaluation.statistics`: the unbiased pass@k estimator
+and an exact majority vote).
 
 Beside each figure, what guessing scores on the same prompts, from the reference answers alone:
 `constant` is the accuracy of always giving each task's most common answer, and `guess_pass@K`
@@ -30,7 +30,8 @@ sharpen.
 
 `right` holds each prompt's greedy verdict (1: right) in the data's order, overall and per task:
 two reports on the same data and seed compare prompt by prompt
-(`tunix_lite.evaluation.paired_difference`), far more tightly than their two intervals do.
+(`tunix_lite.evaluation.statistics.paired_difference`), far more tightly than their two intervals
+do.
 """
 
 from __future__ import annotations
@@ -42,9 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from tunix_lite.data.records import SUFFIXES, load_records
-from tunix_lite.data.synthetic import answer_of, make_splits
-from tunix_lite.evaluation import (RIGHT, TaskEval, answer_budget, distinct_prompts, reward_for,
-                                   score, wilson)
+from tunix_lite.data.synthetic import make_splits
+from tunix_lite.evaluation.accuracy import TaskEval, answer_budget, distinct_prompts
+from tunix_lite.evaluation.reasoning import sample_completions
+from tunix_lite.evaluation.statistics import pass_and_majority, wilson
+from tunix_lite.rewards.judge import RIGHT, reward_for, verdict_for
+from tunix_lite.rewards.tags import answer_of
 
 SYNTHETIC = "synthetic"
 DEFAULT_N = 200  # synthetic prompts when --n is not given
@@ -117,8 +121,6 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
     (`answer_budget`) where that is more. A tqdm bar on stderr counts the prompts answered."""
     from tqdm import tqdm
 
-    from tunix_lite.reasoning_eval import pass_and_majority, sample_completions
-
     records = list(records)
     if max_new_tokens is None:
         max_new_tokens = MIN_NEW_TOKENS
@@ -147,9 +149,9 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
         row |= guessing([r for r in records if r.get("domain", "all") == d], samples)
     if samples > 1:
         repeated = [r for r in records for _ in range(samples)]
-        scores = score(reward_fn, repeated, completions).reshape(len(records), samples)
+        right_k = verdict_for(repeated, completions, reward_fn).reshape(len(records), samples)
         answers = [answer_of(c) for c in completions]
-        pass_k, maj_k = pass_and_majority(scores >= RIGHT, answers, samples, seed=seed)
+        pass_k, maj_k = pass_and_majority(right_k, answers, samples, seed=seed)
         report |= {"samples": samples, "temperature": temperature, f"pass@{samples}": pass_k,
                    f"maj@{samples}": maj_k}
         # pass@K above greedy: what RL can sharpen, per task
@@ -157,7 +159,7 @@ def evaluate(model, tokenizer, records: Sequence[Mapping], reward_fn, *, samples
             rows = np.flatnonzero([x == d for x in domains])
             picked = [answers[j * samples + i] for j in rows for i in range(samples)]
             row[f"pass@{samples}"], row[f"maj@{samples}"] = pass_and_majority(
-                scores[rows] >= RIGHT, picked, samples, seed=seed)
+                right_k[rows], picked, samples, seed=seed)
     return report
 
 

@@ -1,8 +1,8 @@
 """Run TRL's GRPOTrainer on exactly the setting of a tunix_lite GRPO run, side by side.
 
-    python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR [--steps N] [--stop-at S]
+    python course/results/scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR [--steps N] [--stop-at S]
                                      [--save-every K [--resume]]
-    python scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR --adapters-of CHECKPOINT
+    python course/results/scripts/rl_trl_beside.py CONFIG.yaml [--stage NAME] --out DIR --adapters-of CHECKPOINT
 
 CONFIG.yaml is a training config (`algorithm: grpo`) or a pipeline file whose GRPO stage --stage
 names. `--steps` overrides the config's steps as `tunix-lite train --steps` does (the learning-rate

@@ -1,13 +1,13 @@
 """Task accuracy through the sampler: does the model, prompted as a user, answer right, in format?
 
-Answers are scored by a reward function in TRL's convention (`tunix_lite.rl.rewards`), the one RL
-trains on, so an evaluation and a training reward cannot disagree about what is right. A scorer
-that gives partial credit (some reasoning-gym tasks do) counts only full marks as right.
+Answers are scored by the one judge (`tunix_lite.rewards.judge`): a reward function in TRL's
+convention, the one RL trains on, so an evaluation and a training reward cannot disagree about what
+is right. A scorer that gives partial credit (some reasoning-gym tasks do) counts only full marks as
+right.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -15,10 +15,10 @@ import numpy as np
 from flax import nnx
 
 from tunix_lite.chat import format_chat
-from tunix_lite.data.synthetic import reward_exact_match, reward_format
+from tunix_lite.rewards.judge import RIGHT, score
+from tunix_lite.rewards.tags import reward_exact_match, reward_format
 from tunix_lite.sampler import Sampler
 
-RIGHT = 1.0 - 1e-9  # the lowest score that counts as a right answer (full marks, up to rounding)
 # tokens beyond the longest reference completion: room for a longer (wrong) answer
 ANSWER_MARGIN = 16
 
@@ -46,54 +46,6 @@ def distinct_prompts(records: Iterable[Mapping], limit: int | None = None) -> li
             seen.add(record["prompt"])
             kept.append(dict(record))
     return kept
-
-
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k / n: unlike p +- z sqrt(p(1-p)/n), it stays
-    inside [0, 1] and is not zero-width at 0 / n or n / n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def paired_difference(before: Sequence[int], after: Sequence[int],
-                      z: float = 1.96) -> tuple[float, float, float]:
-    """(change, lo, hi): the change in accuracy from `before` to `after`, two lists of 0 / 1
-    verdicts on the same prompts, with its 95% Agresti-Min interval (Statistics in Medicine 24,
-    2005: the Wald interval of the paired difference after adding 1/2 to each cell of the 2 x 2
-    table). Pairing removes what the two share (which prompts are hard), so a change between two
-    stages is judged far more tightly than by comparing their two Wilson intervals; the added
-    halves keep the interval open when no answer changed, where the plain Wald interval shrinks to
-    a point."""
-    before, after = np.asarray(before, bool), np.asarray(after, bool)
-    n = before.size
-    gained, lost = int(np.sum(~before & after)), int(np.sum(before & ~after))
-    center = (gained - lost) / (n + 2)
-    half = z * math.sqrt(gained + lost + 1 - (gained - lost) ** 2 / (n + 2)) / (n + 2)
-    return (gained - lost) / max(n, 1), max(-1.0, center - half), min(1.0, center + half)
-
-
-def reward_for(records: Sequence[Mapping]):
-    """The reward that judges these records, as training would: each reasoning-gym task's own scorer
-    for records carrying an `entry` column, exact match of the tagged answer for everything else."""
-    if records and "entry" in records[0]:
-        from tunix_lite.data.reasoning_gym import reward_reasoning_gym
-
-        return reward_reasoning_gym
-    return reward_exact_match
-
-
-def score(reward_fn, records: Sequence[Mapping], completions: Sequence[str]) -> np.ndarray:
-    """reward_fn's scores of one completion per record, called as RL calls it: the prompts, the
-    completions, and every other column of the records as a keyword (TRL's convention)."""
-    prompts = [r["prompt"] for r in records]
-    # the columns every record has: records built by hand may leave out an optional one (domain)
-    columns = {k: [r[k] for r in records] for k in records[0]
-               if k != "prompt" and all(k in r for r in records)}
-    return np.asarray(reward_fn(prompts, list(completions), **columns), np.float64)
 
 
 class TaskEval:
