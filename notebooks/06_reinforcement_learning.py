@@ -63,11 +63,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tunix_lite
-from tunix_lite.data.synthetic import DOMAINS, make_splits, reward_exact_match, reward_format
+from tunix_lite.data.synthetic import DOMAINS, make_splits
+from tunix_lite.rewards.functions import RewardError, Rewards, overlong_penalty
+from tunix_lite.rewards.tags import reward_exact_match, reward_format
 from tunix_lite.rl import advantages, losses
 from tunix_lite.rl.engine import RolloutEngine, SamplerEngine
 from tunix_lite.rl.grpo import GRPOConfig, run_grpo
-from tunix_lite.rl.rewards import RewardError, Rewards, overlong_penalty
 from tunix_lite.rl.rollouts import Prompts, sample_groups
 from tunix_lite.training.evals import plot_history
 

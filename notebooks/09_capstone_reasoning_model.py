@@ -65,7 +65,7 @@ from IPython.display import Markdown, display
 
 import tunix_lite
 from tunix_lite.pipeline import load_pipeline, plan, run_pipeline
-from tunix_lite.reasoning_eval import pass_at_k, plot_scaling, plot_stages, scaling_table
+from tunix_lite.evaluation import pass_at_k, plot_scaling, plot_stages, scaling_table
 
 # %% [markdown]
 # ## 1. A recipe is a file of stages
@@ -226,8 +226,8 @@ display(Markdown(scaling_table(result.reports)))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from tunix_lite.math_answers import check_math
-from tunix_lite.verifiers import VerifierPool, check_code
+from tunix_lite.rewards.math_answers import check_math
+from tunix_lite.rewards.verifiers import VerifierPool, check_code
 
 with VerifierPool(workers=2, timeout=1.0) as pool:
     start = time.perf_counter()

@@ -232,7 +232,7 @@ def test_math_verify_backs_the_math_reward_where_installed_and_the_rules_stay(mo
     completions = ["<answer>\\frac{1}{2}</answer>", "The answer is 0.5", "<answer>16</answer>"]
     references = ["0.5", "0.5", "16"]
     assert reward_math(None, completions, references) == [1.0, 0.0, 1.0]  # untagged: no answer
-    monkeypatch.setitem(sys.modules, "tunix_lite.math_latex", None)  # as without math-verify
+    monkeypatch.setitem(sys.modules, "tunix_lite.rewards.math_latex", None)  # as without math-verify
     assert reward_math(None, completions, references) == [0.0, 0.0, 1.0]
 
 

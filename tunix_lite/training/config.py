@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from tunix_lite.data import reasoning_gym
-# the engine's names, imported from here by older code: apply_settings is only re-exported
+# the engine's names an algorithm's config uses come with TrainConfig (apply_settings: re-exported)
 from tunix_lite.training.checked import (RANGES, Checked, ConfigError, apply_settings,  # noqa: F401
                                          option, read_yaml, type_name)
 from tunix_lite.training.metrics_log import Tracker, missing_package
