@@ -4,6 +4,7 @@ configs, the pipeline and the reward registry. The pool tests share the process'
 its workers start once."""
 
 import collections
+import json
 import re
 import sys
 
@@ -52,8 +53,16 @@ def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
      "'leg_counting.max_animals=[2': cannot read '[2' as a number"),
     (f"{LEGS}?size=0", "size=0: need at least 1 example"),
     (f"{LEGS}?size=many", "'size=many': size must be an integer, got 'many'"),
-    (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed, style nor TASK.KEY "
-                            "for a task of the spec (leg_counting)"),
+    (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed, style, split, "
+                            "test_fraction nor TASK.KEY for a task of the spec (leg_counting)"),
+    (f"{LEGS}?split=validation", "'split=validation': split must be train or test (the two sides "
+                                 "of the content split); write e.g. split=test"),
+    (f"{LEGS}?split=test&test_fraction=1", "'test_fraction=1': test_fraction is the share of the "
+                                           "questions on the test side, a number between 0 and 1"),
+    (f"{LEGS}?split=test&test_fraction=0", "'test_fraction=0': test_fraction is the share of"),
+    (f"{LEGS}?split=test&test_fraction=true", "'test_fraction=true': test_fraction is the share"),
+    (f"{LEGS}?test_fraction=0.3", "test_fraction=0.3 sizes the sides of the content split, but "
+                                  "the spec asks for no side; add split=train or split=test"),
     (f"{LEGS}?style=cot", "'style=cot': style must be one of answer, reasoning"),
     (f"{LEGS}?leg_counting.weight=0", "'leg_counting.weight=0': a task's weight is its share of "
                                       "the size, a number above 0; write e.g. leg_counting.weight=2"),
@@ -88,6 +97,39 @@ def test_records_mix_the_tasks_evenly_and_are_a_function_of_the_seed():
     worked = make_records("reasoning_gym:gsm_symbolic?size=1")[0]["completion"]
     assert worked.startswith("<reasoning>") and "</reasoning><answer>" in worked
     assert "####" not in worked
+
+
+PRODUCTS = "reasoning_gym:products?products.max_digits=1"  # 100 questions: every seed repeats them
+
+
+def test_the_sides_of_a_split_share_no_question_whatever_the_seeds_and_give_the_size_asked():
+    train = [make_records(f"{PRODUCTS}&split=train&size=150", seed=seed) for seed in (1, 2, 3)]
+    test = [make_records(f"{PRODUCTS}&split=test&size=40", seed=seed) for seed in (1, 4, 5)]
+    assert [len(r) for r in train + test] == [150] * 3 + [40] * 3  # repeats fill a small side
+    assert make_records(f"{PRODUCTS}&split=test&size=40", seed=4) == test[1]
+    trained = {r["prompt"] for records in train for r in records}
+    tested = {r["prompt"] for records in test for r in records}
+    assert not trained & tested and len(trained | tested) == 100  # every fact, once
+    assert 10 <= len(tested) <= 30  # about test_fraction = 0.2 of them
+    wider = {r["prompt"] for r in make_records(f"{PRODUCTS}&split=test&size=400&test_fraction=0.4")}
+    assert tested < wider  # a larger test fraction only moves questions to the test side
+    # one expression is one question, however a task words it: sides share no expression
+    sums = ("reasoning_gym:basic_arithmetic,chain_sum?size=60&basic_arithmetic.max_terms=2&"
+            "basic_arithmetic.max_digits=1&chain_sum.max_terms=2&chain_sum.max_digits=1")
+    expressions = {side: {reasoning_gym.question_key(json.loads(r["entry"]))
+                          for r in make_records(f"{sums}&split={side}", seed=seed)}
+                   for side, seed in (("train", 1), ("test", 2))}
+    assert len(expressions["test"]) > 10 and not expressions["train"] & expressions["test"]
+
+
+def test_a_side_with_too_few_questions_is_refused_in_one_line():
+    # the lowest of the 100 products' hashes is 0.0052: at 0.005, no test question
+    with pytest.raises(ValueError) as error:
+        make_records(f"{PRODUCTS}&split=test&test_fraction=0.005&size=2")
+    assert str(error.value).startswith("reasoning_gym:products: split=test: 0 of ")
+    assert str(error.value).endswith("not the 2 asked for; the task asks too few distinct "
+                                     "questions for this split: widen its config or change "
+                                     "test_fraction")
 
 
 def test_weights_share_the_size_in_proportion_and_equal_weights_change_nothing():

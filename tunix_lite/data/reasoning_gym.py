@@ -22,9 +22,19 @@ together: the records are a pure function of the spec.
 
 Each task is generated from its own seed, a hash of (task, seed): reasoning-gym draws item i from
 `Random(seed + i)`, so seeds 7 and 8 would share all items but one, while hashed seeds lie far
-apart and give disjoint items in practice. Upstream scorers are not all sound
-(`game_of_life_halting` gives any non-empty answer full marks), so `probe_scorers` checks a task
-before RL trains on it: a config naming the reasoning_gym reward runs it when it is built.
+apart and give disjoint items in practice. In practice is not enough for a task with few questions
+(one-digit products have 100: every seed asks them again), so a spec can ask for one side of a
+content split, `split=train` or `split=test` (`test_fraction`, 0.2 unless set, of the questions
+are test questions): each question's side is fixed by a hash of the question itself
+(`question_key`), so no seed of the test side asks a question that any seed of the train side
+asks:
+
+    reasoning_gym:products?products.max_digits=1&split=train&size=4000   # 76 of the 100 facts
+    reasoning_gym:products?products.max_digits=1&split=test&seed=5       # the other 24
+
+Upstream scorers are not all sound (`game_of_life_halting` gives any non-empty answer full marks),
+so `probe_scorers` checks a task before RL trains on it: a config naming the reasoning_gym reward
+runs it when it is built.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ SIZE, SEED = 1000, 0  # a spec's size and seed unless it sets them
 INSTRUCTION = "End your reply with your final answer inside <answer></answer> tags."
 GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
 STYLES = ("answer", "reasoning")  # demonstrations: the tagged answer alone, or a trace before it
+SPLITS = ("train", "test")  # split=SIDE: only the questions on that side of the content split
+TEST_FRACTION = 0.2  # of the questions, on the test side unless a spec sets test_fraction
 WEIGHT = "weight"  # TASK.weight=W: the task's share of the size (no task config has this key)
 _NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
 
@@ -60,6 +72,8 @@ class TaskSpec:
     seed: int = SEED
     style: str = "answer"  # or "reasoning": demonstrations with a trace where one exists
     weights: dict[str, float] = dataclasses.field(default_factory=dict)  # task -> share; unset: 1
+    split: str | None = None  # "train" or "test": only that side's questions (None: all)
+    test_fraction: float = TEST_FRACTION  # the share of the questions on the test side
 
 
 def is_spec(source) -> bool:
@@ -103,7 +117,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              "print(r.task_names())\"")
         tasks[name] = {}
     values = {"size": SIZE, "seed": SEED}
-    style, weights = "answer", {}
+    style, weights, split, test_fraction = "answer", {}, None, None
     for part in filter(None, query.split("&")):
         key, eq, text = part.partition("=")
         if not eq:
@@ -115,6 +129,17 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
             if value not in STYLES:
                 raise ValueError(f"{spec}: {part!r}: style must be one of {', '.join(STYLES)}")
             style = value
+        elif key == "split":
+            if value not in SPLITS:
+                raise ValueError(f"{spec}: {part!r}: split must be train or test (the two sides "
+                                 "of the content split); write e.g. split=test")
+            split = value
+        elif key == "test_fraction":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise ValueError(f"{spec}: {part!r}: test_fraction is the share of the questions "
+                                 "on the test side, a number between 0 and 1 (both excluded); "
+                                 "write e.g. test_fraction=0.2")
+            test_fraction = float(value)
         elif not dot and key in values:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{spec}: {part!r}: {key} must be an integer, got {text!r}")
@@ -132,10 +157,14 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                                  f"{', '.join(own)} (and {WEIGHT}, its share of the size)")
             tasks[task][field] = value
         else:
-            raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed, style nor TASK.KEY "
-                             f"for a task of the spec ({', '.join(tasks)})")
+            raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed, style, split, "
+                             f"test_fraction nor TASK.KEY for a task of the spec "
+                             f"({', '.join(tasks)})")
     if values["size"] < 1:
         raise ValueError(f"{spec}: size={values['size']}: need at least 1 example")
+    if test_fraction is not None and split is None:  # it would change nothing: say so
+        raise ValueError(f"{spec}: test_fraction={test_fraction:g} sizes the sides of the content "
+                         "split, but the spec asks for no side; add split=train or split=test")
     # the task's own checks: ranges, min <= max when it is built, others (simple_equations'
     # operators against operators_weights) only when an item is made
     for task, config in tasks.items():
@@ -144,7 +173,8 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
         except Exception as e:  # noqa: BLE001 - upstream raises AssertionError, TypeError, ...
             raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
                              f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
-    return TaskSpec(tasks, values["size"], values["seed"], style, weights)
+    return TaskSpec(tasks, values["size"], values["seed"], style, weights, split,
+                    TEST_FRACTION if test_fraction is None else test_fraction)
 
 
 def _value(spec: str, part: str, text: str):
@@ -168,11 +198,26 @@ def _dataset(task: str, config: dict, size: int, seed: int):
     return dataset_cls(config_cls(**config, size=size, seed=seed))
 
 
+def question_key(entry: dict) -> str:
+    """What a question is, for the content split: the expression it asks about where the task's
+    metadata names one (basic_arithmetic words one expression four ways; the same sum asked by
+    two tasks is one question), else its text; lower case, each run of whitespace one space."""
+    text = entry["metadata"].get("expression") or entry["question"]
+    return " ".join(str(text).lower().split())
+
+
+def on_test_side(key: str, test_fraction: float = TEST_FRACTION) -> bool:
+    """Whether the question with this `question_key` is a test question: the first 8 bytes of
+    its SHA-256, read as a fraction of 2**64, fall below `test_fraction` (so the test side at 0.2
+    lies inside the test side at 0.3)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") < test_fraction * 2**64
+
+
 def make_records(spec: str | TaskSpec, *, size: int | None = None,
                  seed: int | None = None) -> list[dict]:
     """`size` records (default: the spec's) of the spec's tasks in shares proportional to their
     weights (`task_shares`), shuffled together; `seed` replaces the spec's (another seed: other
-    prompts).
+    prompts). With a split, each task's first `share` items on that side (`_side_entries`).
 
     The completion is `<reasoning>TRACE</reasoning><answer>ANSWER</answer>` where the task's
     metadata carries a worked solution (gsm_symbolic's `answer_cot`) or, with `style=reasoning`,
@@ -186,9 +231,12 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
     for (task, config), n in zip(spec.tasks.items(), task_shares(spec, size), strict=True):
         if not n:  # fewer items than tasks; reasoning-gym refuses an empty dataset
             continue
-        dataset = _dataset(task, config, n, _task_seed(task, seed))
-        for index in range(n):
-            entry = dataset[index]
+        if spec.split is None:
+            dataset = _dataset(task, config, n, _task_seed(task, seed))
+            entries = (dataset[index] for index in range(n))
+        else:
+            entries = _side_entries(task, config, n, _task_seed(task, seed), spec)
+        for entry in entries:
             answer = entry["answer"]
             if not isinstance(answer, str):
                 raise ValueError(f"{PREFIX}{task}: its entries have no reference answer "
@@ -202,6 +250,28 @@ def make_records(spec: str | TaskSpec, *, size: int | None = None,
                             "entry": _entry_json(task, config, entry), "completion": completion})
     random.Random(f"reasoning_gym/{seed}").shuffle(records)
     return records
+
+
+def _side_entries(task: str, config: dict, n: int, seed: int, spec: TaskSpec) -> list[dict]:
+    """The first `n` items of the task's stream whose question lies on `spec.split`'s side, in the
+    stream's order: the task's own mix of questions, less the other side's (a task with few
+    questions repeats them, as without a split). The stream is drawn anew, twice as long, until it
+    holds `n`; a side that stays short is refused in one line."""
+    test = spec.split == "test"
+    share = spec.test_fraction if test else 1 - spec.test_fraction
+    drawn, limit = int(n / share) + 16, int(16 * n / share) + 1024
+    while True:
+        dataset = _dataset(task, config, drawn, seed)
+        entries = [entry for entry in (dataset[index] for index in range(drawn))
+                   if on_test_side(question_key(entry), spec.test_fraction) == test]
+        if len(entries) >= n:
+            return entries[:n]
+        if drawn >= limit:
+            raise ValueError(f"{PREFIX}{task}: split={spec.split}: {len(entries)} of {drawn} "
+                             f"items lie on that side (test_fraction={spec.test_fraction:g}), "
+                             f"not the {n} asked for; the task asks too few distinct questions "
+                             "for this split: widen its config or change test_fraction")
+        drawn *= 2
 
 
 def task_shares(spec: TaskSpec, size: int) -> list[int]:
