@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tunix_lite import sandbox
+from tunix_lite.rewards import sandbox
 from tunix_lite.course import grading
 from tunix_lite.course.build import dumps
 
@@ -287,7 +287,7 @@ def test_the_machine_is_out_of_reach(grade, tmp_path):
     written = [p for p in outside if p.exists()]
     if not (CAN.get("namespaces") or CAN.get("landlock")):
         pytest.skip("no namespaces and no Landlock here: learner code can write where its user "
-                    "can and open sockets (tunix_lite/sandbox.py)")
+                    "can and open sockets (tunix_lite/rewards/sandbox.py)")
     assert received == b"", "a listener on this machine received bytes from the notebook"
     if CAN.get("landlock"):
         assert not written, f"files written outside the sandbox: {written}"

@@ -6,29 +6,32 @@ What the sandbox can enforce depends on the kernel (`sandbox.capabilities()`); a
 namespaces or Landlock says so in its skip reason. No JAX here.
 """
 
+import json
 import os
 import pickle
 import signal
 import socket
 import stat
 import struct
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from tunix_lite import sandbox
-from tunix_lite.verifiers import VerifierPool, check_code, verifier_reward
+from tunix_lite.rewards import sandbox
+from tunix_lite.verifiers import VerifierPool, check_code, verifier_events, verifier_reward
 
 TESTS = "assert add(2, 2) == 4\nassert add(1, 5) == 6\nassert add(-1, 1) == 0"
 CAN = sandbox.capabilities()
 SIGNALS_SCOPED = CAN.get("namespaces") or CAN.get("landlock", 0) >= 6
 needs_signal_scope = pytest.mark.skipif(
     not SIGNALS_SCOPED, reason="no PID namespace and no Landlock ABI >= 6 here: a program can "
-    "signal the trainer by pid (see tunix_lite/sandbox.py), so this attack would end the test run")
+    "signal the trainer by pid (see tunix_lite/rewards/sandbox.py), so this attack would end the test run")
 needs_landlock = pytest.mark.skipif(
     not CAN.get("landlock"), reason="no Landlock here: a program can read and write wherever its "
-    "user can (see tunix_lite/sandbox.py)")
+    "user can (see tunix_lite/rewards/sandbox.py)")
 
 
 class Marker:
@@ -300,3 +303,192 @@ def test_a_dead_zygote_is_replaced_and_the_next_call_scores(pool):
     zygote.wait()
     assert pool.map(check_code, [("def add(a, b):\n    return a + b", TESTS)]) == [1.0]
     assert sandbox._ZYGOTE._process.pid != zygote.pid
+
+
+# ------------------------------------------------------------------ issue 56: the design known
+needs_seccomp = pytest.mark.skipif(
+    not CAN.get("seccomp"), reason="no seccomp filter here (not x86-64 or arm64 Linux): a program "
+    "can connect to a unix socket its user may reach (see tunix_lite/rewards/sandbox.py)")
+COLLIDING = 2**61 - 1  # every multiple of this int hashes to 0
+
+
+@pytest.fixture
+def unix_servers(tmp_path):
+    """Two listening unix sockets: one that only root may reach (mode 0600 in a 0700 folder) and
+    one that anyone may (0777): what a docker or dbus socket is to a sandbox."""
+    servers = []
+    for mode, folder in ((0o600, tmp_path / "private"), (0o777, Path(tempfile.mkdtemp()))):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700 if mode == 0o600 else 0o755)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(folder / "server.sock"))
+        os.chmod(folder / "server.sock", mode)
+        server.listen(8)
+        server.setblocking(False)
+        servers.append(server)
+    yield servers
+    for server in servers:
+        path = server.getsockname()
+        server.close()
+        os.unlink(path)
+
+
+def _connections(server) -> list[int]:
+    """The peer uids of the connections `server` accepted (SO_PEERCRED: pid, uid, gid)."""
+    uids = []
+    while True:
+        try:
+            connection, _ = server.accept()
+        except BlockingIOError:
+            return uids
+        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        uids.append(struct.unpack("3i", credentials)[1])
+        connection.close()
+
+
+def test_the_program_never_runs_as_root_and_its_report_says_what_holds():
+    """Before: the child ran as kernel uid 0 inside its user namespace, and the report had no word
+    for the unix sockets it could reach."""
+    assert CAN["uid"] != 0 and set(CAN) == {"namespaces", "uid", "landlock", "seccomp"}
+    outcome = sandbox.run_untrusted("import os", [("eval", "os.getuid()")], timeout=5.0)
+    assert outcome.isolation == CAN
+    if os.getuid() == 0:  # no user namespace in between: the program sees its kernel uid
+        assert outcome.values[0] == CAN["uid"] != 0
+    words = sandbox.describe(CAN)
+    assert f"runs as uid {CAN['uid']}" in words and "root" not in words, words
+    assert "unix sockets reachable" in sandbox.describe(dict(CAN, seccomp=False, namespaces=True))
+
+
+@needs_seccomp
+def test_no_unix_socket_is_reached(pool, unix_servers):
+    """Before: a program connected to a root-only unix socket (the server saw peer uid 0) and to an
+    open one; a network namespace does not cover the filesystem, nor Landlock connect()."""
+    paths = [server.getsockname() for server in unix_servers]
+    program = f"""
+import socket
+def attempt(path):
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path)
+        client.sendall(b"x")
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+results = [attempt(path) for path in {paths!r}]
+def add(a, b): return a + b
+"""
+    assert pool.map(check_code, [(program, TESTS)]) == [1.0]
+    results = sandbox.run_untrusted(program, [("eval", "results")], timeout=5.0).values[0]
+    assert results == ["PermissionError", "PermissionError"]
+    assert [_connections(server) for server in unix_servers] == [[], []]
+
+
+def test_a_fork_loop_starts_no_process(pool):
+    """Before: as kernel uid 0 (in a user namespace) the process limit did not hold, and a program
+    forked 150 children inside its timeout."""
+    program = """
+import os
+forks = 0
+for _ in range(150):
+    try:
+        if os.fork() == 0:
+            os._exit(0)
+        forks += 1
+    except OSError:
+        pass
+def add(a, b): return a + b
+"""
+    assert pool.map(check_code, [(program, TESTS)]) == [1.0]
+    assert sandbox.run_untrusted(program, [("eval", "forks")], timeout=5.0).values == {0: 0}
+
+
+def test_a_patched_set_cannot_pass_a_non_literal_assert(pool):
+    """Before: the sandbox evaluated the whole assert, so `builtins.set = lambda *a: 1` made both
+    sides 1 and the wrong program scored 1.0."""
+    tests = "assert set(f(3)) == set((4, 5))\nassert sorted(f(3)) == sorted([5, 4])"
+    patched = ("import builtins\nbuiltins.set = lambda *a: 1\nbuiltins.sorted = lambda *a, **k: 1\n"
+               "def f(x): return [9]")
+    honest = "def f(x):\n    yield 5\n    yield 4"
+    assert pool.map(check_code, [(patched, tests), (honest, tests)]) == [0.0, 1.0]
+
+
+def test_an_answer_with_colliding_hashes_costs_no_more_than_its_timeout(pool):
+    """Before: a forged answer, a set of ints that all hash to 0, held the trainer for seconds past
+    the call's timeout (quadratic to build here) and counted no timeout. Now its decoding refuses
+    it at once, and the pool counts an error."""
+    values = [["int", COLLIDING * i] for i in range(1, 20_001)]
+    line = json.dumps({"probe": 0, "value": ["set", values]})
+    forged = f"""
+import os
+lines = ('{{"program": "ok"}}\\n' + {line!r} + "\\n").encode()
+for fd in range(3, 64):
+    try:
+        os.write(fd, lines)
+    except OSError:
+        pass
+os._exit(0)
+"""
+    errors, over = pool.stats["errors"], verifier_events()["over_limits"]
+    with VerifierPool(workers=1, timeout=1.0) as quick:
+        start = time.monotonic()
+        assert quick.map(check_code, [(forged, "assert f() == {1}")]) == [0.0]
+        assert time.monotonic() - start < 3.0
+        assert quick.stats["errors"] == 1 and "share one hash" in quick.last_errors[-1]
+    assert verifier_events()["over_limits"] == over + 1 and pool.stats["errors"] == errors
+    start = time.monotonic()
+    with pytest.raises(sandbox.OverLimits):  # a list of them, made a set by the test: refused here
+        check_code(f"def f():\n    return [{COLLIDING} * i for i in range(1, 20001)]",
+                   "assert set(f()) == {1}", timeout=1.0)
+    assert time.monotonic() - start < 3.0
+
+
+@pytest.fixture
+def on_tmpfs(monkeypatch):
+    """Sandbox folders on a tmpfs where there is one: this machine's disk takes 4 ms a rmdir."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+
+
+def test_a_deep_tree_leaves_nothing_behind(on_tmpfs):
+    """Before: a folder 1,500 deep made the cleanup raise RecursionError, and the program's files
+    stayed on disk after every completion that did it. Now the folder goes, at any depth, also
+    what the program made unreadable."""
+    program = """
+import os
+top = os.getcwd()
+for depth in range(2000):
+    os.mkdir("d")
+    os.chdir("d")
+    if depth % 500 == 0:
+        os.mkdir("locked")
+        open("locked/f", "w").write("x" * 1000)
+        os.chmod("locked", 0)
+def add(a, b): return a + b
+"""
+    outcome = sandbox.run_untrusted(program, [("eval", "top"), ("eval", "add(2, 2)")], timeout=10.0)
+    assert outcome.values[1] == 4 and not os.path.exists(outcome.values[0])
+
+
+def test_a_call_that_fills_the_disk_fails_and_leaves_nothing(pool, on_tmpfs):
+    """Files of at most FILE_MB each, and past DISK_MB in all the call fails (an error, counted)."""
+    size = sandbox.FILE_MB * 2**20
+    program = f"""
+import os
+top = os.getcwd()
+for i in range({sandbox.DISK_MB // sandbox.FILE_MB + 1}):
+    with open(f"f{{i}}", "wb") as f:
+        f.write(b"x" * {size})
+try:
+    open("big", "wb").write(b"x" * ({size} + 1))
+except OSError as e:
+    big = type(e).__name__
+def add(a, b): return a + b
+"""
+    quota, errors = verifier_events()["disk_quota"], pool.stats["errors"]
+    assert pool.map(check_code, [(program, TESTS)]) == [0.0]
+    assert pool.stats["errors"] == errors + 1 and "quota" in pool.last_errors[-1]
+    assert verifier_events()["disk_quota"] == quota + 1
+    before = set(os.listdir(tempfile.gettempdir()))
+    with pytest.raises(RuntimeError, match="quota"):
+        sandbox.run_untrusted(program, [("eval", "big")], timeout=10.0)
+    assert set(os.listdir(tempfile.gettempdir())) <= before

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from tunix_lite.math_answers import check_math, evaluate_expression
-from tunix_lite.verifiers import (VerifierPool, _judge, check_code, check_steps, reward_code,
-                                  reward_math, reward_steps, verifier_reward)
+from tunix_lite.rewards.math_answers import check_math, evaluate_expression
+from tunix_lite.rewards.asserts import plan
+from tunix_lite.verifiers import (VerifierPool, check_code, check_steps, reward_code, reward_math,
+                                  reward_steps, verifier_reward)
 
 
 # Check functions the workers import by name (they must live at the top level of a module).
@@ -146,14 +147,40 @@ def test_arguments_cross_to_the_workers_as_json_only(pool):
         pool.map(lambda x: x, [(1,)])
 
 
-def test_a_test_against_a_literal_keeps_the_expected_value_here():
-    probe, verdict = _judge("assert f(2) == 4")
-    assert probe == ("eval", "f(2)") and verdict(4) and not verdict(5)
-    probe, verdict = _judge("assert [1, 2] == sorted_copy(x)")
-    assert probe == ("eval", "sorted_copy(x)") and verdict([1, 2])
-    assert _judge("assert is_prime(7)")[0] == ("eval", "is_prime(7)")
-    assert _judge("x = f(2)")[0] == ("exec", "x = f(2)")
-    assert _judge("assert (")[0] is None
+def test_only_the_programs_part_of_a_test_is_sent_to_the_sandbox():
+    """The expected values, and every builtin the verdict needs, stay in this process."""
+    assert plan("assert f(2) == 4").probes == (("eval", "f(2)"),)
+    assert plan("assert [1, 2] == sorted_copy(x)").probes == (("eval", "sorted_copy(x)"),)
+    assert plan("assert is_prime(7)").probes == (("eval", "is_prime(7)"),)
+    assert plan("assert set(f(x)) == set((4, 5))").probes == (("iter", "f(x)"),)
+    assert plan("assert math.isclose(area(2), 12.56, rel_tol=0.01)").probes == (("eval", "area(2)"),)
+    assert plan("assert abs(f(1) - 2.5) < 1e-6 and g(y)").probes == (("eval", "f(1)"), ("eval", "g(y)"))
+    assert plan("assert Solution().two([2, 7], 9) == [0, 1]").probes == (
+        ("eval", "Solution().two([2, 7], 9)"),)
+    assert plan("assert list(map(f, [1, 2])) == [2, 4]").probes == (("iter", "map(f, [1, 2])"),)
+    assert plan("x = f(2)").probes == (("exec", "x = f(2)"),)
+    assert plan("assert (").kind == "invalid"
+    comprehension = plan("assert all(f(i) == 2 * i for i in range(3))")
+    assert comprehension.in_child and comprehension.probes[0][0] == "eval"
+
+
+def test_tests_judged_here_keep_pythons_meaning():
+    program = ("import math\ndef f(x):\n    return x * 2\ndef g(n):\n    yield from range(n)\n"
+               "def words():\n    return ['b', 'a']\nclass Solution:\n    def two(self, xs, t):\n"
+               "        return [0, 1]\nresult = [3, 1, 2]")
+    tests = ["assert f(2) == 4", "assert abs(f(1.25) - 2.5) < 1e-6", "assert math.isclose(f(0.5), 1.0)",
+             "assert set(g(3)) == {0, 1, 2}", "assert sorted(g(3), reverse=True) == [2, 1, 0]",
+             "assert ', '.join(sorted(words())) == 'a, b'", "assert f('ab').upper() == 'ABAB'",
+             "assert Solution().two([2, 7], 9) == [0, 1]", "assert list(map(f, [1, 2])) == [2, 4]",
+             "assert sorted(result) == [1, 2, 3] and len(result) == 3", "assert f(1) == 3 or f(2) == 4",
+             "assert not f(0)", "assert f(2) in (1, 4) and isinstance(f(2), int)", "assert f(3) < 7 <= f(4)",
+             "assert {f(1): 1}[2] == 1", "assert list(g(5))[1:3] == [1, 2]", "y = f(3)", "assert y == 6",
+             "assert sum(g(4)) == 6 and max(g(4)) == 3 and min(g(4), default=9) == 0",
+             "assert all(x >= 0 for x in g(3))"]
+    assert check_code(program, tests) == 1.0
+    wrong = ["assert f(2) == 5", "assert set(g(3)) == {0, 1}", "assert f(1) == 3 or f(2) == 5",
+             "assert undefined(1) == 1 or f(2) == 4 and False"]
+    assert check_code(program, wrong) == 0.0
 
 
 def test_a_hanging_program_is_a_timeout_of_its_own_sandbox(pool):

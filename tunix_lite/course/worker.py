@@ -35,7 +35,7 @@ from tunix_lite.rewards import sandbox, sandbox_child
 _JAX_READS = ("/proc/self", "/sys/devices/system/cpu", "/etc/localtime")
 
 
-def _read_paths() -> list[str]:
+def read_paths() -> list[str]:
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_path("purelib"),
                 sysconfig.get_path("platlib"), site.getusersitepackages(),
                 str(Path(__file__).resolve().parents[1])}  # tunix_lite/, not the checkout around it
@@ -63,7 +63,7 @@ def main() -> None:
     jax.numpy.zeros(1).block_until_ready()  # start the CPU backend (its threads) before the limits
     sandbox_child.set_limits({"cpu_seconds": None, "memory_mb": None, "file_mb": sandbox.FILE_MB,
                           "open_files": 1024, "processes": None})
-    isolation["landlock"] = sandbox_child.landlock(_read_paths(), os.getcwd())
+    isolation["landlock"] = sandbox_child.landlock(read_paths(), os.getcwd())
     out = os.fdopen(args.answers_fd, "w", buffering=1, encoding="utf-8")
     send, dumps = out.write, json.dumps  # held now: the learner's patches of json miss them
 

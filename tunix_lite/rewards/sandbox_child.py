@@ -1,22 +1,31 @@
-"""The untrusted side of `tunix_lite.sandbox`: confine a fresh process, run the program, probe it.
+"""The untrusted side of `tunix_lite.rewards.sandbox`: confine a fresh process, run the program, probe it.
 
 Started once per trainer as `python -I -S sandbox_child.py --zygote FD` (standard library only,
 nothing of tunix_lite imported): the zygote. It never runs a program itself. For each call it
 receives a config path and a results pipe on the socket FD, and forks a child: a pristine copy of
 an interpreter that has run no untrusted code, which no earlier call's patch can reach (a fork
-costs about a millisecond; starting an interpreter, forty). The zygote is non-dumpable, so a
-program cannot read or trace its way into it, and it exits when the trainer's end of the socket
-closes. The child, in its own session and the call's temporary directory, in order:
+costs about a millisecond; starting an interpreter, forty). The zygote imports the standard
+modules programs use most (`PRELOAD`) before its first fork, so they are there even where the
+child cannot read the standard library (Python in root's home, as under pyenv). The zygote is
+non-dumpable, so a program cannot read or trace its way into it, and it exits when the trainer's
+end of the socket closes. The child, in its own session and the call's temporary directory, in
+order:
 
 1. dies with the zygote (PR_SET_PDEATHSIG), so a killed trainer leaves nothing running;
-2. where the kernel allows it, new user + network + PID namespaces (no network; the trainer's pid is
-   not visible, so it cannot be signalled), then fork: the program runs as pid 1, and the whole
-   namespace dies with it; elsewhere, when started as root, it becomes `nobody`;
+2. where the kernel allows it, new network, PID and IPC namespaces (no network; the trainer's pid
+   is not visible, so it cannot be signalled), then fork: the program runs as pid 1, and the whole
+   namespace dies with it. Root makes them directly and then becomes `nobody` (kernel uid 65534,
+   no groups, no capabilities); any other user makes them inside a new user namespace that maps
+   only its own uid. So the program never runs as kernel uid 0: root's files and sockets are out
+   of reach, and the process limit holds (the kernel does not apply it to uid 0);
 3. rlimits: CPU seconds, address space, file size, open files, no core files and no new processes;
 4. Landlock where the kernel has it: reads only beneath the standard library and system library
    folders, writes only in the sandbox directory, no TCP, no signals or abstract sockets outside the
    sandbox;
-5. the results pipe moved off fd 1 (print() in the program goes to /dev/null), then the program and
+5. a seccomp filter (x86-64 and arm64) that refuses `socket()` of every family, unix sockets
+   included, and io_uring (whose requests seccomp cannot see), with no new privileges: the child
+   holds the only channel it needs, its results pipe, already;
+6. the results pipe moved off fd 1 (print() in the program goes to /dev/null), then the program and
    every probe are compiled before any of the program runs (patching `compile` cannot skip a probe),
    the program runs, and each probe's value is written as one JSON line of plain, type-tagged
    values.
@@ -27,6 +36,9 @@ returning them.
 """
 
 import ctypes
+import errno
+import functools
+import itertools
 import json
 import os
 import pwd
@@ -38,6 +50,20 @@ import sys
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
+_CLONE_NEWIPC = 0x08000000
+NOBODY = 65534  # the kernel uid and gid a child started by root runs as, where no `nobody` exists
+# Imported by the zygote before its first fork (see the module docstring): what programs import
+# most, among them everything an RL code task's solution usually needs.
+PRELOAD = ("abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections",
+           "contextlib", "copy", "dataclasses", "datetime", "decimal", "difflib", "encodings.ascii",
+           "encodings.idna", "encodings.latin_1", "enum", "fractions", "functools", "hashlib",
+           "heapq", "io", "itertools", "math", "numbers", "operator", "pprint", "queue", "random",
+           "re", "statistics", "string", "struct", "subprocess", "textwrap", "time", "typing",
+           "unicodedata", "uuid", "weakref", "zlib")
+ITEMS = 1_000_000  # the most items an "iter" probe takes from an iterator
+_ITERABLES = (list, tuple, set, frozenset, dict, str, bytes)  # plain already: sent as they are
+# seccomp, per machine: the audit arch, and the numbers of seccomp(), socket() and io_uring_setup()
+_SECCOMP = {"x86_64": (0xC000003E, 317, (41, 425)), "aarch64": (0xC00000B7, 277, (198, 425))}
 _LANDLOCK_CREATE, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT = 444, 445, 446  # x86-64 and arm64 alike
 _READ = 1 << 0 | 1 << 2 | 1 << 3  # EXECUTE | READ_FILE | READ_DIR
 _FILE_RIGHTS = 1 << 0 | 1 << 1 | 1 << 2 | 1 << 14  # the only rights a rule on one file may carry
@@ -52,14 +78,18 @@ def die_with_parent(parent: int | None) -> None:
 
 
 def enter_namespaces() -> bool:
-    """New user, network and PID namespaces, then fork: the child goes on as pid 1; this process
-    waits for it and exits with its status. False (and nothing changed) where the kernel refuses."""
+    """New network, PID and IPC namespaces, then fork: the child goes on as pid 1; this process
+    waits for it and exits with its status. Root makes them directly (and must `leave_root`
+    after); any other user inside a new user namespace that maps only its own uid, so that its
+    kernel uid stays its own. False (and nothing changed) where the kernel refuses."""
     if _libc is None:
         return False
     uid, gid = os.getuid(), os.getgid()
-    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID) != 0:
+    user = 0 if uid == 0 else _CLONE_NEWUSER
+    if _libc.unshare(user | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC) != 0:
         return False
-    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
+    maps = (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1"))
+    for name, text in maps if user else ():
         try:
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
@@ -73,21 +103,34 @@ def enter_namespaces() -> bool:
     return True
 
 
-def _leave_root() -> bool:
-    """Without a user namespace, root becomes nobody: the process limit then holds (root ignores
-    it), and root's files and processes are out of reach."""
+def leave_root() -> int:
+    """Root becomes nobody (no groups, no capabilities): the process limit then holds (the kernel
+    ignores it for uid 0), and root's files, sockets and processes are out of reach. Returns the
+    kernel uid this process runs as now; call it outside a user namespace."""
     if os.getuid() != 0:
-        return False
+        return os.getuid()
     try:
         nobody = pwd.getpwnam("nobody")
         uid, gid = nobody.pw_uid, nobody.pw_gid
     except KeyError:
-        uid = gid = 65534
+        uid = gid = NOBODY
     os.chown(os.getcwd(), uid, gid)  # the sandbox directory stays writable
     os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
-    return True
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if _libc is not None:  # a change of uid clears both: keep the /proc files ours, and the signal
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getuid()
+
+
+def confine_ids() -> dict:
+    """Namespaces where the kernel allows them, and never kernel uid 0: {"namespaces": bool, "uid":
+    the kernel uid this process runs as now}. Root makes the namespaces first (no user namespace
+    needed) and becomes nobody in them; refused, it becomes nobody and tries again as nobody."""
+    namespaces = os.getuid() == 0 and enter_namespaces()
+    uid = leave_root()
+    return {"namespaces": namespaces or enter_namespaces(), "uid": uid}
 
 
 def set_limits(config: dict) -> None:
@@ -145,6 +188,49 @@ def landlock(read_paths: list[str], write_path: str) -> int:
     return abi if ok else 0
 
 
+@functools.cache
+def _seccomp_filter():
+    """The classic BPF program of `seccomp`, built once (in the zygote); None on other machines."""
+    if _libc is None or os.uname().machine not in _SECCOMP:
+        return None
+    arch, _, refused = _SECCOMP[os.uname().machine]
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EACCES  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
+    load, equal, at_least, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    code = [(load, 0, 0, 4), (equal, 1, 0, arch), (ret, 0, 0, deny),  # another ABI (i386): refuse
+            (load, 0, 0, 0)]  # the syscall number
+    checks = [(at_least, 0x40000000)] + [(equal, nr) for nr in refused]  # x32 numbers, then ours
+    refuse_at = len(code) + len(checks) + 1
+    code += [(op, refuse_at - (len(code) + i) - 1, 0, k) for i, (op, k) in enumerate(checks)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(code))(*(Filter(*c) for c in code))
+    return Program(len(code), filters), filters  # the array must outlive the program that points
+
+
+def seccomp() -> bool:
+    """No new privileges (setuid programs stay unprivileged), then refuse `socket()` of every
+    family, and io_uring, to every thread of this process from now on; False where this kernel or
+    machine cannot (the sockets are then as reachable as the user's permissions make them)."""
+    if _libc is None:
+        return False
+    _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    built = _seccomp_filter()
+    if built is None:
+        return False
+    syscall = _libc.syscall
+    syscall.restype = ctypes.c_long
+    number = _SECCOMP[os.uname().machine][1]
+    set_mode_filter, tsync = 1, 1  # SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC
+    return syscall(number, set_mode_filter, tsync, ctypes.byref(built[0])) == 0
+
+
 def to_plain(value, depth: int = 0, leaf=None):
     """`value` as a type-tagged JSON tree of builtins, exact types only: an object with a forged
     `__eq__`, or a subclass of int, has no plain form and fails its probe. `leaf(value)` tags what
@@ -173,6 +259,12 @@ def serve(channel: int) -> None:
         _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no program can ptrace or read its way in here
         _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, not to init
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and are reaped as they exit
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    _seccomp_filter()
     requests, me = socket.socket(fileno=channel), os.getpid()
     while True:
         path, fds = _request(requests)
@@ -219,15 +311,18 @@ def _call(config_path: str, results: int, zygote: int) -> None:
         config = json.load(f)
     os.unlink(config_path)
     die_with_parent(zygote)
-    isolation = {"namespaces": enter_namespaces()}
-    isolation["nobody"] = not isolation["namespaces"] and _leave_root()
+    isolation = confine_ids()
     set_limits(config)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     quiet = os.open(os.devnull, os.O_WRONLY)  # before Landlock, which allows no writes outside
     os.dup2(quiet, 1)
     os.dup2(quiet, 2)
     isolation["landlock"] = landlock(config["read_paths"], os.getcwd())
+    isolation["seccomp"] = seccomp()
+    if _libc is not None:  # nothing below needs its /proc files: no other process may read them
+        _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     send, evaluate, execute = out.write, eval, exec  # held now: the program's patches miss them
+    as_list, first = list, itertools.islice
 
     def answer(message: dict) -> None:
         send(json.dumps(message) + "\n")
@@ -235,7 +330,8 @@ def _call(config_path: str, results: int, zygote: int) -> None:
     answer({"ready": isolation})
     try:
         program = compile(config["program"], "<program>", "exec")
-        probes = [(mode, compile(source, "<probe>", mode)) for mode, source in config["probes"]]
+        probes = [(mode, compile(source, "<probe>", "exec" if mode == "exec" else "eval"))
+                  for mode, source in config["probes"]]
     except (SyntaxError, ValueError) as e:
         answer({"program": f"{type(e).__name__}: {e}"[:300]})
         return
@@ -248,7 +344,9 @@ def _call(config_path: str, results: int, zygote: int) -> None:
     answer({"program": "ok"})
     for index, (mode, code) in enumerate(probes):
         try:
-            value = evaluate(code, namespace) if mode == "eval" else execute(code, namespace)
+            value = execute(code, namespace) if mode == "exec" else evaluate(code, namespace)
+            if mode == "iter" and type(value) not in _ITERABLES:
+                value = as_list(first(value, ITEMS + 1))  # a generator, as a test consumes it
             answer({"probe": index, "value": to_plain(value)})
         except BaseException as e:  # noqa: BLE001
             answer({"probe": index, "error": f"{type(e).__name__}: {e}"[:300]})

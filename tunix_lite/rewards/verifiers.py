@@ -29,20 +29,18 @@ not). Its arguments and its result travel as JSON (strings, numbers, lists, dict
 a worker cannot send code back into the trainer. A worker imports only this module, not JAX.
 
 Model-written *code* never runs there. `check_code` (and any check marked `@untrusted_check`) is
-called in the trainer's threads and runs the program through `tunix_lite.sandbox`: a fresh, confined
+called in the trainer's threads and runs the program through `tunix_lite.rewards.sandbox`: a fresh, confined
 interpreter per call that returns plain values, compared here with expected values it never sees
 (the threat model, and what holds on which OS, are in that module's docstring).
 """
 
 from __future__ import annotations
 
-import ast
 import atexit
 import importlib
 import json
 import math
 import multiprocessing
-import operator
 import os
 import re
 import time
@@ -51,7 +49,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import wait
 
-from tunix_lite.rewards import sandbox
+from tunix_lite.rewards import asserts, sandbox
 from tunix_lite.rewards.math_answers import check_math, evaluate_expression
 from tunix_lite.rewards.sandbox import harden_current_process, run_untrusted
 
@@ -62,7 +60,7 @@ MAX_MESSAGE = 2**20  # bytes: a worker's answer is a float; anything longer is n
 
 
 def untrusted_check(check: Callable[..., float]) -> Callable[..., float]:
-    """Mark a check that runs model-written code itself, through `tunix_lite.sandbox.run_untrusted`:
+    """Mark a check that runs model-written code itself, through `tunix_lite.rewards.sandbox.run_untrusted`:
     the pool then calls it in the trainer's threads as `check(*args, timeout=pool.timeout)`, never
     in a warm worker."""
     check.untrusted = True
@@ -293,12 +291,13 @@ _POOLS: weakref.WeakSet = weakref.WeakSet()
 def verifier_events() -> dict[str, int]:
     """This process's verifier calls so far, cumulative, and what went wrong: the pools' timeouts,
     crashes and errors (each such call scored 0.0), and what the sandbox saw model-written code do
-    (`tunix_lite.sandbox.EVENTS`: silent ends, program errors, non-plain values). An RL run logs
+    (`tunix_lite.rewards.sandbox.EVENTS`: silent ends, program errors, non-plain values, answers past the
+    limits, disk quotas). An RL run logs
     the change per rollout, so a policy that learns to attack its verifier shows up in the logs."""
     counts = {key: sum(pool.stats[key] for pool in list(_POOLS))
               for key in ("calls", "timeouts", "crashes", "errors")}
     with sandbox.EVENTS_LOCK:
-        for key in ("silent", "program_errors", "non_plain_values"):
+        for key in ("silent", "program_errors", "non_plain_values", "over_limits", "disk_quota"):
             counts[key] = sandbox.EVENTS[key]
     return counts
 
@@ -343,71 +342,33 @@ def check_steps(completion: str) -> float:
 _CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 
 
-_COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-                ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-                ast.Is: operator.is_, ast.IsNot: operator.is_not,
-                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-
-
-def _literal(node: ast.expr) -> tuple[bool, object]:
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
-
-
-def _judge(test: str) -> tuple[tuple[str, str] | None, Callable[[object], bool]]:
-    """How one test is judged: the probe the sandbox evaluates, and the verdict on its plain value,
-    made here.
-
-    `assert call(...) == literal` (any one comparison with a literal side): the sandbox evaluates
-    only the other side; the literal, and so the expected answer, never leaves this process. Any
-    other `assert expr`: the sandbox evaluates `expr`, which passes when its plain value is truthy.
-    Other statements pass when they run without raising. Only the first kind is safe from a program
-    that hooks its own interpreter to report whatever the test wants, so write tests that way."""
-    try:
-        body = ast.parse(test).body
-    except (SyntaxError, ValueError):
-        return None, lambda value: False
-    if len(body) != 1 or not isinstance(body[0], ast.Assert):
-        return ("exec", test), lambda value: True
-    expression = body[0].test
-    if isinstance(expression, ast.Compare) and len(expression.ops) == 1:
-        compare = _COMPARISONS.get(type(expression.ops[0]))
-        other = expression.comparators[0]
-        (left_known, left), (right_known, right) = _literal(expression.left), _literal(other)
-        if compare and right_known and not left_known:
-            return ("eval", ast.unparse(expression.left)), lambda value: compare(value, right)
-        if compare and left_known and not right_known:
-            return ("eval", ast.unparse(other)), lambda value: compare(left, value)
-    return ("eval", ast.unparse(expression)), bool
-
-
 @untrusted_check
 def check_code(program: str | None, tests: str | Sequence[str], *,
                timeout: float = TIMEOUT) -> float:
     """The fraction of `tests` (Python statements, usually asserts; a string holds one per line)
-    that pass after running `program` in a fresh sandboxed interpreter (`tunix_lite.sandbox`),
-    judged here (see `_judge`). The program sees the standard library only (no site-packages). A
-    program that raises scores 0.0; one that runs past `timeout` seconds raises TimeoutError (the
-    pool counts it as a timeout and scores 0.0)."""
+    that pass after running `program` in a fresh sandboxed interpreter (`tunix_lite.rewards.sandbox`):
+    only the program's calls run there, the asserts are judged here (`tunix_lite.rewards.asserts`). The
+    program sees the standard library only (no site-packages). A program that raises scores 0.0;
+    one whose run, or the judging of its answers, goes past `timeout` seconds raises TimeoutError
+    (the pool counts it as a timeout), one whose answers go past `sandbox.Limits` raises
+    OverLimits (an error): either scores 0.0."""
     lines = [t for t in (tests.splitlines() if isinstance(tests, str) else tests) if t.strip()]
     if not program or not lines:
         return 0.0
     block = _CODE_BLOCK.search(program)
-    judged = [_judge(test) for test in lines]
-    sent = [i for i, (probe, _) in enumerate(judged) if probe is not None]
-    outcome = run_untrusted(block.group(1) if block else program, [judged[i][0] for i in sent],
-                            timeout=timeout)
+    plans = [asserts.plan(test) for test in lines]
+    probes = [probe for plan in plans for probe in plan.probes]
+    outcome = run_untrusted(block.group(1) if block else program, probes, timeout=timeout)
     if outcome.program != "ok":
         return 0.0
-    passed = 0
-    for probe_index, test_index in enumerate(sent):
-        if probe_index in outcome.values:
-            try:
-                passed += bool(judged[test_index][1](outcome.values[probe_index]))
-            except Exception:  # noqa: BLE001 - a value that cannot be compared fails its test
-                pass
+    over = [e for e in outcome.errors.values() if e.startswith("OverLimits")]
+    if over:  # an answer made to stall this process: the call fails (the pool counts an error)
+        raise sandbox.OverLimits(over[0])
+    answers = [outcome.values.get(i, asserts.FAILED) for i in range(len(probes))]
+    passed = first = 0
+    for plan in plans:
+        mine, first = answers[first:first + len(plan.probes)], first + len(plan.probes)
+        passed += asserts.passes(plan, mine, deadline=outcome.deadline)
     return passed / len(lines)
 
 
@@ -474,6 +435,6 @@ def verifier_reward(check: Callable[..., float], columns: Sequence[str] = ("answ
     in a worker pool (the default pool unless given): a check that hangs, crashes or raises scores
     0.0 instead of ending the run. `check` must be importable (defined at the top level of a module)
     so that worker processes can load it, and gets the answer as a string: a check that runs it as
-    code must do so through `tunix_lite.sandbox` and be marked `@untrusted_check` (as `check_code`
+    code must do so through `tunix_lite.rewards.sandbox` and be marked `@untrusted_check` (as `check_code`
     is), never exec it."""
     return _PoolReward(check, columns, pool)
