@@ -16,16 +16,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tunix_lite.rewards import sandbox
-from tunix_lite.course import grading
+from tunix_lite.course import grading, roster
 from tunix_lite.course.build import dumps
 
 CAN = sandbox.capabilities()
@@ -37,6 +40,7 @@ import numpy as np
 from tunix_lite.course.graded import graded
 
 HINTS = {{"double": "2 x", "square": "x * x"}}
+FORBIDDEN = {{"double": ("optax",), "square": ("optax",)}}
 MARK = "{MARK}"
 
 
@@ -74,7 +78,7 @@ def grade(tmp_path, capsys):
     tests.mkdir()
     (tests / "phase99.py").write_text(PHASE)
 
-    def run(*sources: str, env: dict | None = None):
+    def run(*sources: str, env: dict | None = None, timeout: float = 20):
         cell = {"cell_type": "code", "outputs": [], "execution_count": None}
         cells = [{**cell, "metadata": {}, "source": "import os, sys, json, gc"}]
         graded = {**cell, "metadata": {"tags": ["graded"]}}
@@ -83,7 +87,7 @@ def grade(tmp_path, capsys):
         cells = [{**c, "id": f"c{i}"} for i, c in enumerate(cells)]
         path.write_text(dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
         out = tmp_path / "results" / "grade.json"
-        argv = [str(path), "--tests", str(tests), "--json", str(out), "--timeout", "20"]
+        argv = [str(path), "--tests", str(tests), "--json", str(out), "--timeout", str(timeout)]
         if env is None:
             grading.main(argv)
             printed = capsys.readouterr()
@@ -298,3 +302,265 @@ def _cmdline_has(proc: Path, token: str) -> bool:
         return token.encode() in (proc / "cmdline").read_bytes()
     except OSError:
         return False
+
+
+# ------------------------------------------------------------------ issue 56: the design known
+ROOT = Path(__file__).resolve().parents[1]
+COLLIDING = 2**61 - 1  # every multiple of this int hashes to 0
+WRITE_TO_EVERY_FD = """
+def _tell(line):
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+"""
+
+
+@pytest.fixture
+def unix_servers(tmp_path):
+    """Two listening unix sockets: one only root may reach (0600 in a 0700 folder), one anyone may."""
+    servers = []
+    for mode, folder in ((0o600, tmp_path / "private"), (0o777, Path(tempfile.mkdtemp()))):
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o700 if mode == 0o600 else 0o755)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(folder / "server.sock"))
+        os.chmod(folder / "server.sock", mode)
+        server.listen(8)
+        server.setblocking(False)
+        servers.append(server)
+    yield servers
+    for server in servers:
+        path = server.getsockname()
+        server.close()
+        os.unlink(path)
+
+
+def _peer_uids(server) -> list[int]:
+    uids = []
+    while True:
+        try:
+            connection, _ = server.accept()
+        except BlockingIOError:
+            return uids
+        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        uids.append(struct.unpack("3i", credentials)[1])
+        connection.close()
+
+
+@pytest.mark.skipif(CAN.get("seccomp", os.uname().machine in ("x86_64", "aarch64")) is False,
+                    reason="no seccomp filter here: learner code can connect to the unix sockets "
+                    "its user may reach (tunix_lite/rewards/sandbox.py)")
+def test_the_worker_reaches_no_unix_socket_and_no_banned_module(grade, unix_servers):
+    """Before: the worker (kernel uid 0) connected to a root-only unix socket while the report said
+    "no network"; and `os.sys.modules['optax']`, which the static rule does not see, used a banned
+    library for 3/3 where naming it scores 0."""
+    paths = [server.getsockname() for server in unix_servers]
+    attack = f"""
+    import socket
+
+    def _connect_all():
+        for path in {paths!r}:
+            try:
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                client.connect(path)
+                client.sendall(b'x')
+            except OSError:
+                pass
+
+    def double(x):
+        _connect_all()
+        return 2 * x * len(os.sys.modules['optax'].__name__) / 5  # KeyError once banned
+
+    def square(x):
+        load = os.sys.modules['builtins'].__dict__['__imp' + 'ort__']
+        return x * x * len(load('optax').__name__) / 5
+    """
+    report, printed, results = grade(attack)
+    assert [_peer_uids(server) for server in unix_servers] == [[], []]
+    assert report["score"] == results["score"] == 0, printed
+    messages = {t["test"]: t["message"] for t in report["tests"]}
+    assert "KeyError" in messages["test_double"] and "ImportError" in messages["test_square"]
+    assert report["isolation"]["uid"] != 0 and report["isolation"]["seccomp"], report["isolation"]
+    assert "no socket of any kind" in report["note"] and "runs as uid 65534" in printed.replace(
+        f"uid {report['isolation']['uid']}", "uid 65534")
+
+
+def test_an_answer_with_colliding_hashes_costs_its_exercise_only(grade):
+    """Before: an answer that is a set of 40,000 ints all hashing to 0 took the grader minutes
+    (quadratic) against `--timeout 5`. Now decoding refuses it at once, within the deadline."""
+    values = [["int", COLLIDING * i] for i in range(1, 40_001)]
+    answer = json.dumps({"kind": "answer", "value": ["set", values]})
+    attack = f"""
+    import time
+
+    def double(x):
+        return 2 * x
+
+    def square(x):
+        _tell(({answer!r} + '\\n').encode())  # the grader takes the first answer line
+        time.sleep(60)
+    """
+    cpu = time.process_time()  # this process's: the grader's own work, not the worker's
+    report, printed, _ = grade(WRITE_TO_EVERY_FD + textwrap.dedent(attack), timeout=5)
+    assert time.process_time() - cpu < 5, printed
+    outcomes = {t["test"]: (t["outcome"], t["message"]) for t in report["tests"]}
+    assert outcomes["test_square"][0] == "error" and "share one hash" in outcomes["test_square"][1]
+    assert report["score"] == 2, printed  # double's, as if nothing happened
+
+
+def test_a_cell_cannot_move_its_deadline_or_break_the_grader(grade):
+    """Before: any {"kind": "cell"} line reset the load deadline (152 s of `--timeout 10`), a cell
+    index of the learner's choosing and a line nested 100,000 deep made `grade` end in a
+    traceback. Now a cell message is accepted only for the next cell, once."""
+    stall = """
+    import time
+    _tell(b'[' * 100000 + b'\\n')
+    for _ in range(120):  # a minute of fresh deadlines, were they granted
+        _tell(b'{"kind": "cell", "index": 0}\\n')
+        time.sleep(0.5)
+
+    def double(x):
+        return 2 * x
+    """
+    chosen = """
+    import time
+    _tell(b'{"kind": "cell", "index": 99}\\n')
+    time.sleep(60)
+
+    def square(x):
+        return x * x
+    """
+    start = time.monotonic()
+    report, printed, _ = grade(*(WRITE_TO_EVERY_FD + textwrap.dedent(cell) for cell in (stall, chosen)),
+                               timeout=5)
+    assert time.monotonic() - start < 60, printed
+    messages = {t["test"]: t["message"] for t in report["tests"]}
+    assert all("broke the grader's protocol" in m for m in messages.values()), messages
+    assert "cell 1 was next" in messages["test_double"] and "'99'" in messages["test_square"]
+
+
+def test_a_module_planted_for_the_next_worker_never_runs_and_a_deep_tree_goes(grade, tmp_path,
+                                                                             monkeypatch):
+    """A cell writes argparse.py into the worker's folder, leaves a tree 2,000 deep there, and
+    ends its worker: before, the next worker (`python -m`, its folder first on sys.path) ran the
+    planted module before confining itself (as root), and the folder stayed on disk. Now neither."""
+    if os.path.isdir("/dev/shm"):  # the folders on a tmpfs: this machine's disk takes 4 ms a rmdir
+        monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+    before = set(os.listdir(tempfile.gettempdir()))
+    marker = tmp_path / "planted-module-ran"
+    planted = f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit(0)\n"
+    plant = f"""
+    with open('argparse.py', 'w') as f:
+        f.write({planted!r})
+    for depth in range(2000):
+        os.mkdir('d')
+        os.chdir('d')
+    os._exit(3)
+
+    def double(x):
+        return 2 * x
+    """
+    report, printed, _ = grade(textwrap.dedent(plant), "def square(x):\n    return x * x")
+    messages = {t["test"]: t["message"] for t in report["tests"]}
+    assert "the worker exited" in messages["test_double"], printed  # the cell ran, to its end
+    assert not marker.exists()
+    assert {t["test"]: t["outcome"] for t in report["tests"]}["test_square"] == "passed", printed
+    assert set(os.listdir(tempfile.gettempdir())) <= before
+
+
+MALFORMED = {
+    "invalid JSON": b'{"cells": [',
+    "not UTF-8": b'\xff\xfe{"cells": []}',
+    "empty": b"",
+    "a list": b"[1, 2]",
+    "no cells": b'{"metadata": {}}',
+    "cells not a list": b'{"cells": {"a": 1}}',
+    "a cell not a dict": b'{"cells": [1]}',
+    "a cell without a type": b'{"cells": [{"source": "x = 1"}]}',
+    "a source that is a number": b'{"cells": [{"cell_type": "code", "source": 7}]}',
+    "a source list with a number": b'{"cells": [{"cell_type": "code", "source": ["a", 1]}]}',
+    "a NUL byte in a source": b'{"cells": [{"cell_type": "code", "source": "def double(x):\\u0000"}]}',
+    "nested 100,000 deep": b'{"cells": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_a_malformed_notebook_is_one_line_and_a_report(name, tmp_path, capsys):
+    """Before: 5 of 9 such files (and a chosen cell index) made `grade` end in a traceback with no
+    report. Now: one line on stderr, exit code 2, and a report of score 0 with the reason."""
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / "phase99.py").write_text(PHASE)
+    notebook, out = tmp_path / "99_submission.ipynb", tmp_path / "results" / "grade.json"
+    notebook.write_bytes(MALFORMED[name])
+    code = grading.main([str(notebook), "--tests", str(tmp_path / "hidden"), "--json", str(out)])
+    printed = capsys.readouterr()
+    assert code == 2 and "Traceback" not in printed.err + printed.out
+    assert len(printed.err.strip().splitlines()) == 1 and "could not be read" in printed.err
+    report, results = json.loads(out.read_text()), json.loads((out.parent / "results.json").read_text())
+    assert report["score"] == results["score"] == 0 and report["max_score"] == 3
+    assert {t["outcome"] for t in report["tests"]} == {"error"} and "could not be read" in results["output"]
+
+
+def test_grade_all_never_grades_another_learners_file(tmp_path, monkeypatch, capsys):
+    """Before: grade-all followed a symlinked notebook or learner folder, so a learner got another
+    learner's grade. Now every such link, and a hard link to another learner's file, is one error
+    row, and only the owner's notebook is graded."""
+    submissions = tmp_path / "submissions"
+    (submissions / "alice").mkdir(parents=True)
+    alice = submissions / "alice" / "work.ipynb"
+    alice.write_text("{}")
+    (submissions / "bob.ipynb").symlink_to(alice)  # another learner's file
+    (submissions / "carol").symlink_to(submissions / "alice")  # another learner's folder
+    (submissions / "dave").mkdir()
+    (submissions / "dave" / "work.ipynb").symlink_to("../alice/work.ipynb")  # out of its folder
+    (submissions / "erin").mkdir()
+    os.link(alice, submissions / "erin" / "work.ipynb")  # the same file
+    (submissions / "frank").mkdir()
+    (submissions / "frank" / "work.ipynb").write_text("{}")
+    (submissions / "frank" / "data").symlink_to(tmp_path)  # a folder link: not followed
+    graded = []
+
+    def fake_grade(path, **kwargs):
+        graded.append(Path(path))
+        return {"score": 9, "max_score": 9, "exercises": [], "tests": [], "seed": 1, "seconds": 0.1}
+
+    monkeypatch.setattr(grading, "grade", fake_grade)
+    out = tmp_path / "grades.csv"
+    assert roster.grade_all(submissions, out) == 0
+    rows = {row["learner"]: row for row in __import__("csv").DictReader(out.open())}
+    assert graded == [submissions / "frank" / "work.ipynb"]
+    assert rows["frank"]["score"] == "9" and rows["frank"]["error"] == ""
+    for learner, why in (("bob", "link to alice's notebook"), ("carol", "link to alice's notebook"),
+                         ("dave", "link out of the learner's folder"),
+                         ("alice", "same file as erin's"), ("erin", "same file as alice's")):
+        assert rows[learner]["score"] == "0" and why in rows[learner]["error"], rows[learner]
+
+
+def test_run_autograder_fails_closed(tmp_path):
+    """Before: a results.json the learner wrote (17/17) stayed when the grader was killed. Now
+    run_autograder removes it first and, unless the grader finished, writes 0 with the reason."""
+    script = ROOT / "course" / "instructor" / "gradescope" / "run_autograder"
+    root = tmp_path / "autograder"
+    for folder in ("submission", "results", "venv/bin", "source/hidden"):
+        (root / folder).mkdir(parents=True)
+    (root / "submission" / "work.ipynb").write_text("{}")
+    fake = root / "venv" / "bin" / "tunix-lite"
+    results = root / "results" / "results.json"
+
+    def run(grader: str) -> dict:
+        fake.write_text("#!/usr/bin/env bash\n" + grader)
+        fake.chmod(0o755)
+        subprocess.run(["bash", str(script)], env=dict(os.environ, AUTOGRADER=str(root)),
+                       capture_output=True, check=True, timeout=60)
+        return json.loads(results.read_text())
+
+    forged = f'echo \'{{"score": 17}}\' > {results}\n'
+    assert run(forged + "kill -9 $$\n") == {
+        "score": 0, "output": "the grader did not finish (exit status 137): no score"}
+    results.write_text('{"score": 17}')  # planted before grading: removed, the grader wrote none
+    assert run("exit 1\n")["score"] == 0
+    assert run(f'echo \'{{"score": 9}}\' > {results}\nexit 1\n') == {"score": 9}
+    (root / "submission" / "work.ipynb").unlink()
+    assert run("exit 0\n") == {"score": 0, "output": "no notebook (.ipynb) in the submission"}

@@ -307,8 +307,9 @@ def test_a_dead_zygote_is_replaced_and_the_next_call_scores(pool):
 
 # ------------------------------------------------------------------ issue 56: the design known
 needs_seccomp = pytest.mark.skipif(
-    not CAN.get("seccomp"), reason="no seccomp filter here (not x86-64 or arm64 Linux): a program "
-    "can connect to a unix socket its user may reach (see tunix_lite/rewards/sandbox.py)")
+    CAN.get("seccomp", os.uname().machine in ("x86_64", "aarch64")) is False,
+    reason="no seccomp filter here (not x86-64 or arm64 Linux): a program can connect to a unix "
+    "socket its user may reach (see tunix_lite/rewards/sandbox.py)")
 COLLIDING = 2**61 - 1  # every multiple of this int hashes to 0
 
 
@@ -430,16 +431,16 @@ os._exit(0)
 """
     errors, over = pool.stats["errors"], verifier_events()["over_limits"]
     with VerifierPool(workers=1, timeout=1.0) as quick:
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()  # the trainer's own work: the decoding
         assert quick.map(check_code, [(forged, "assert f() == {1}")]) == [0.0]
-        assert time.monotonic() - start < 3.0
+        assert time.process_time() - cpu < 1.0 and time.monotonic() - start < 10.0
         assert quick.stats["errors"] == 1 and "share one hash" in quick.last_errors[-1]
     assert verifier_events()["over_limits"] == over + 1 and pool.stats["errors"] == errors
-    start = time.monotonic()
+    cpu = time.process_time()
     with pytest.raises(sandbox.OverLimits):  # a list of them, made a set by the test: refused here
         check_code(f"def f():\n    return [{COLLIDING} * i for i in range(1, 20001)]",
                    "assert set(f()) == {1}", timeout=1.0)
-    assert time.monotonic() - start < 3.0
+    assert time.process_time() - cpu < 1.0
 
 
 @pytest.fixture

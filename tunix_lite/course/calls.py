@@ -73,16 +73,17 @@ def _array(value) -> list:
     return [kind, [array.dtype.name, list(array.shape), data]]
 
 
-def decode_value(node, functions: Remote | None = None):
+def decode_value(node, functions: Remote | None = None, *, deadline: float | None = None):
     """The inverse of `encode`: arrays built here from their bytes, a function as the `functions`
-    attribute that calls it back; ValueError for anything else."""
+    attribute that calls it back; ValueError for anything else (tunix_lite.rewards.sandbox.OverLimits past
+    its limits), TimeoutError once `deadline` (time.monotonic()) passes."""
 
     def leaf(kind: str, value):
         if kind == "function" and functions is not None and type(value) is str:
             return getattr(functions, value)
         return _leaf(kind, value)
 
-    return decode(node, leaf)
+    return decode(node, leaf, deadline=deadline)
 
 
 def _leaf(kind: str, value):
@@ -114,10 +115,12 @@ class Remote:
     """Functions on the other side of the boundary: `impl.<name>(...)` sends a request through
     `ask(request, serve) -> answer` (dicts) and returns what came back. In the grader they are the
     learner's; in the worker, the functions a test passed in, and `serve` answers the worker's calls
-    to those while the grader waits."""
+    to those while the grader waits. `deadline()` (time.monotonic()) bounds decoding an answer: the
+    grader's, so that an answer made to be slow to decode costs its exercise's time, no more."""
 
-    def __init__(self, ask: Callable[[dict, Callable[[dict], dict]], dict]):
-        self._ask, self._functions = ask, {}
+    def __init__(self, ask: Callable[[dict, Callable[[dict], dict]], dict],
+                 deadline: Callable[[], float] | None = None):
+        self._ask, self._functions, self._deadline = ask, {}, deadline
 
     def __getattr__(self, name: str) -> Callable:
         if name.startswith("__"):
@@ -151,7 +154,7 @@ class Remote:
         answer = self._ask(request, self._serve)
         if "error" in answer:
             raise_error(answer["error"])
-        return decode_value(answer["value"])
+        return decode_value(answer["value"], deadline=self._deadline and self._deadline())
 
     def _call(self, name: str, args: tuple, kwargs: dict):
         leaves, tree, traced = _traced(args, kwargs)
@@ -256,11 +259,13 @@ def _with(leaves: list, tree, positions: list[int], values) -> tuple[tuple, dict
 
 
 def serve(functions, request: dict, callback: Remote | None = None,
-          programs: dict | None = None) -> dict:
+          programs: dict | None = None, modules: dict | None = None) -> dict:
     """Answer one request: run `functions[name]` (a mapping or a module) as asked, return plain
     data. `callback` calls back the functions the request passed in. With `programs` (the worker's,
     kept between requests), a call or gradient that the grader asked for under a trace runs as one
-    compiled program, kept there for the next call with the same shapes and constants."""
+    compiled program, kept there for the next call with the same shapes and constants. `modules`
+    holds the modules an `inside` helper may come from (the worker's, imported before it banned
+    tunix_lite.course); without it they are imported."""
     try:
         op, name = request["op"], request["name"]
         args, kwargs = decode_value(request["args"], callback)
@@ -270,7 +275,8 @@ def serve(functions, request: dict, callback: Remote | None = None,
             module, _, function = name.partition(":")
             if not module.startswith(f"{__package__}.graded."):
                 raise ValueError(f"{module} is not a module of graded tests")
-            fn = functools.partial(getattr(importlib.import_module(module), function), functions)
+            found = modules[module] if modules is not None else importlib.import_module(module)
+            fn = functools.partial(getattr(found, function), functions)
             return {"value": encode(fn(*args, **kwargs))}
         fn = functions[name] if isinstance(functions, dict) else getattr(functions, name)
         leaves, tree = jax.tree.flatten((args, kwargs))

@@ -19,6 +19,8 @@ hidden tests (course/GRADING.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import inspect
 import json
 import linecache
@@ -62,6 +64,8 @@ def run_test(test, impl, rng) -> tuple[str, str]:
         return "failed", shorten(str(e) or "assertion failed", MESSAGE_CHARS)
     except WorkerLost:
         raise
+    except TimeoutError as e:  # decoding an answer ran past the exercise's deadline (the grader's)
+        return "timeout", shorten(str(e), MESSAGE_CHARS)
     except BaseException as e:  # noqa: BLE001 - any crash in learner code (sys.exit too) fails it
         return "error", shorten(f"{type(e).__name__}: {e}", MESSAGE_CHARS)
     return "passed", ""
@@ -213,7 +217,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     tiers."""
     from tunix_lite.rewards import sandbox
     from tunix_lite.course import calls, graded, rules
-    from tunix_lite.course.notebook import code_sources, defines, graded_code, phase_of, read
+    from tunix_lite.course.notebook import defines, graded_code, phase_of
     from tunix_lite.course.sandbox import Worker, WorkerLost, reaping
 
     sandbox.harden_current_process()  # the worker cannot read our environment or memory
@@ -222,7 +226,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     module = graded.module_for(phase, tests_dir)
     exercises = graded.exercises(phase, module)
     by_name = {ex.name: ex for ex in exercises}
-    sources = code_sources(read(path))
+    sources = read_sources(path)
     code = graded_code(sources, by_name)
     seed = secrets.randbits(63) if seed is None else seed
     results: dict[tuple[str, str], tuple[str, str]] = {}
@@ -237,26 +241,32 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     for name, used in rules.violations(code.cells, others, forbidden).items():
         fill([name], "not_allowed",
              f"graded cells may not use {', '.join(used)} (write it yourself)")
+    banned = sorted({name for ex in exercises for name in ex.forbidden} | {"tunix_lite.course"})
+    public = f"{graded.__name__}.phase{phase}"  # where the tests' `inside` helpers come from
     orders = {"parent": os.getpid(), "where": path.name, "imports": list(code.imports),
-              "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": []}
+              "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": [],
+              "graded": public if importlib.util.find_spec(public) else None, "banned": banned}
     start, isolation = time.perf_counter(), {}
     fresh = dict(prefix="tunix-lite-grade-", ignore_cleanup_errors=True)
-    with (reaping() as sweep, tempfile.TemporaryDirectory(**fresh) as workdir,
+    with (reaping() as sweep, _learners_folder() as workdir,
           tempfile.TemporaryDirectory(**fresh) as logdir):
         for attempt in range(len(exercises) + len(code.cells) + 1):
             todo = [ex.name for ex in exercises
                     if any((ex.name, t.__name__) not in results for t in ex.tests)]
             if not todo:
                 break
-            worker = Worker([sys.executable, "-m", "tunix_lite.course.worker"],
+            # -P: the worker's folder (learner code of an earlier attempt wrote there) is not on
+            # its sys.path, so a planted argparse.py cannot run before the worker confines itself
+            worker = Worker([sys.executable, "-P", "-m", "tunix_lite.course.worker"],
                             orders | {"exercises": todo}, workdir=workdir,
                             log=os.path.join(logdir, f"{attempt}.log"))
             worker.deadline = time.monotonic() + startup_timeout
             state = {"cell": None, "exercise": None}
             try:
-                loaded = _load(worker, timeout, state)
+                cells = [i for i in range(len(code.cells)) if i not in orders["skip_cells"]]
+                loaded = _load(worker, timeout, state, cells, startup_timeout)
                 isolation = isolation or loaded["isolation"]
-                impl = calls.Remote(worker.ask)
+                impl = calls.Remote(worker.ask, deadline=lambda: worker.deadline)
                 for name in todo:
                     state["exercise"], worker.deadline = name, time.monotonic() + timeout
                     for test in by_name[name].tests:
@@ -274,6 +284,9 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
                 tail = worker.log_tail().strip().splitlines()[-1:] or ["no output"]
                 outcome, why = (("timeout", f"ran past the {timeout:.0f} s limit of one exercise")
                                 if worker.lost == "timeout" else
+                                ("error", f"the worker broke the grader's protocol: "
+                                          f"{worker.lost.removeprefix(PROTOCOL)}")
+                                if worker.lost.startswith(PROTOCOL) else
                                 ("error", f"the worker exited: {tail[0][:200]}"))
                 if state["exercise"] in by_name:
                     fill([state["exercise"]], outcome, why)
@@ -291,27 +304,68 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
                    previous=previous)
 
 
-def _load(worker, timeout: float, state: dict) -> dict:
-    """Follow the worker through its graded cells (each with `timeout` seconds); its "loaded" line:
-    {"errors": {exercise: why its cell failed}, "defined": [exercise], "isolation": {...}}."""
+def _load(worker, timeout: float, state: dict, cells: list[int], startup: float) -> dict:
+    """Follow the worker through its graded cells `cells` (indices, in order), each with `timeout`
+    seconds, all of them within one budget (the startup's plus `timeout` per cell) that no message
+    extends; its "loaded" line: {"errors": {exercise: why its cell failed}, "defined": [exercise],
+    "isolation": {...}}. A cell message other than the next expected index is a protocol error:
+    the worker is lost (learner code can write on its answers pipe: it must not move a
+    deadline)."""
     from tunix_lite.course.sandbox import WorkerLost
 
-    isolation = {}
+    budget = time.monotonic() + startup + timeout * len(cells)
+    worker.deadline = min(worker.deadline, budget)
+    isolation, expected = {}, iter(cells)
     for message in worker.messages():
         if message is None:
             worker.lost = "timeout"
             break
         kind = message.get("kind")
         if kind == "ready" and not isolation:  # the first, sent before learner code ran
-            isolation = {k: message["isolation"].get(k) for k in ("namespaces", "landlock")}
+            ready = message.get("isolation")
+            isolation = {k: ready.get(k) for k in ISOLATION} if isinstance(ready, dict) else {}
         elif kind == "cell":
-            state["cell"], worker.deadline = message.get("index"), time.monotonic() + timeout
+            index, wanted = message.get("index"), next(expected, None)
+            if type(index) is not int or index != wanted:
+                worker.lost = (f"{PROTOCOL}a cell message for {str(index)[:50]!r} where cell "
+                               f"{wanted} was next")
+                break
+            state["cell"], worker.deadline = index, min(time.monotonic() + timeout, budget)
         elif kind == "loaded":
             errors, defined = message.get("errors"), message.get("defined")
             if isinstance(errors, dict) and isinstance(defined, list):
                 return {"errors": errors, "defined": defined, "isolation": isolation}
     worker.lost = worker.lost or "exited"
     raise WorkerLost(worker.lost)
+
+
+PROTOCOL = "protocol: "  # WorkerLost's reason when the worker said what it may not
+ISOLATION = ("namespaces", "uid", "landlock", "seccomp")  # the worker's confinement, as it reports
+
+
+@contextlib.contextmanager
+def _learners_folder():
+    """The worker's working directory, removed without recursion whatever learner code left in it
+    (a tree thousands deep included)."""
+    from tunix_lite.rewards.sandbox import remove_tree
+
+    folder = tempfile.mkdtemp(prefix="tunix-lite-grade-")
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
+
+
+def read_sources(path: str | Path) -> list[str]:
+    """The code cells of a notebook file; ValueError in one line naming the file and the fault for
+    anything that is not a notebook (invalid JSON or UTF-8, no cells, a cell without a type, a
+    source that is not text)."""
+    from tunix_lite.course.notebook import code_sources, read
+
+    try:
+        return code_sources(read(path))
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deep to be a notebook") from None
 
 
 def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, isolation,
@@ -340,10 +394,22 @@ def _report(path, phase, exercises, results, *, seed, seconds, tests_dir, isolat
 
 def _confinement(isolation: dict) -> str:
     """What confined the worker, in words (tunix_lite.rewards.sandbox says what each part stops)."""
-    parts = [("no network, no pids outside: namespaces", isolation.get("namespaces")),
-             (f"Landlock ABI {isolation.get('landlock')}", isolation.get("landlock"))]
-    return ("; ".join(name for name, on in parts if on)
-            or "own session, scrubbed environment and temporary directory only")
+    from tunix_lite.rewards import sandbox
+
+    if not isolation:
+        return "never started"
+    return f"own session, scrubbed environment; {sandbox.describe(isolation)}"
+
+
+def unreadable_report(path, phase: str, tests_dir, reason: str) -> dict:
+    """The report of a notebook that could not be read: every test an error with `reason`, 0."""
+    from tunix_lite.course import graded
+
+    exercises = graded.exercises(phase, graded.module_for(phase, tests_dir))
+    results = {(ex.name, t.__name__): ("error", shorten(reason, MESSAGE_CHARS))
+               for ex in exercises for t in ex.tests}
+    return _report(path, phase, exercises, results, seed=None, seconds=0.0, tests_dir=tests_dir,
+                   isolation={}, previous=None) | {"error": reason}
 
 
 def _status(tests: list[dict]) -> str:
@@ -382,7 +448,8 @@ def gradescope(report: dict, visibility: str = "visible") -> dict:
     return {"score": report["score"], "max_score": report["max_score"],
             "execution_time": report["seconds"], "visibility": "visible",
             "stdout_visibility": "hidden",
-            "output": f"phase {report['phase']}, seed {report['seed']}: {score}",
+            "output": report.get("error")
+            or f"phase {report['phase']}, seed {report['seed']}: {score}",
             "tests": [{"name": f"{t['exercise']}: {t['description']}", "number": f"{i + 1}",
                        "score": float(t["outcome"] == "passed"), "max_score": 1.0,
                        "status": "passed" if t["outcome"] == "passed" else "failed",
@@ -403,8 +470,24 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _graded(args, previous: dict | None) -> dict:
+    """The report for `tunix-lite grade`'s arguments; for a file that is not a notebook, one with
+    every test an error and the reason in one line (its "error"), and no worker started."""
+    from tunix_lite.course.notebook import phase_of
+
+    try:
+        read_sources(args.notebook)
+    except ValueError as e:
+        reason = shorten(f"the notebook could not be read: {e}", MESSAGE_CHARS)
+        return unreadable_report(args.notebook, args.phase or phase_of(args.notebook), args.tests,
+                                 reason)
+    return grade(args.notebook, timeout=args.timeout, phase=args.phase, tests_dir=args.tests,
+                 seed=args.seed, previous=previous)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`tunix-lite grade`: 0 when every test passes, 1 when some fail, 2 on bad arguments."""
+    """`tunix-lite grade`: 0 when every test passes, 1 when some fail, 2 on bad arguments or a file
+    that is not a notebook (then with a report: every test an error, the reason in one line)."""
     parser = argparse.ArgumentParser(prog="tunix-lite grade", description=__doc__.splitlines()[0])
     parser.add_argument("notebook", help="a course notebook, e.g. exercises/01_jax_nnx_exercises.ipynb")
     parser.add_argument("--json", help="where to write the JSON report (default: ./<notebook>.grade.json)")
@@ -421,22 +504,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no such notebook: {args.notebook}", file=sys.stderr)
         return 2
     out = Path(args.json or f"{Path(args.notebook).stem}.grade.json")
+    results = out.parent / "results.json"
+    if args.tests:  # only this process writes it, and only at the end: never a stale or planted one
+        results.unlink(missing_ok=True)
     try:
         previous = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         previous = None
     try:
-        report = grade(args.notebook, timeout=args.timeout, phase=args.phase, tests_dir=args.tests, seed=args.seed,
-                       previous=previous if previous and previous.get("notebook") == args.notebook else None)
+        report = _graded(args, previous if previous and previous.get("notebook") == args.notebook
+                         else None)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         print(f"tunix-lite grade: error: {e}", file=sys.stderr)
         return 2
-    print(format_report(report))
+    if "error" in report:
+        print(f"tunix-lite grade: error: {report['error']}", file=sys.stderr)
+    else:
+        print(format_report(report))
     write_json(out, report)
     print(f"wrote {out}")
     if args.tests:
-        write_json(out.parent / "results.json", gradescope(report, args.visibility))
-        print(f"wrote {out.parent / 'results.json'} (Gradescope)")
+        write_json(results, gradescope(report, args.visibility))
+        print(f"wrote {results} (Gradescope)")
+    if "error" in report:
+        return 2
     return 0 if report["score"] == report["max_score"] else 1
 
 

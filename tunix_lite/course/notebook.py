@@ -39,7 +39,26 @@ def is_graded(cell: dict) -> bool:
 
 
 def code_sources(nb: dict) -> list[str]:
-    return [source(c) for c in nb["cells"] if c["cell_type"] == "code"]
+    """The source of every code cell; ValueError naming the cell for anything not a notebook's."""
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        raise ValueError("not a Jupyter notebook (no list of cells): save it from Jupyter as "
+                         ".ipynb")
+    sources = []
+    for number, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            raise ValueError(f"cell {number} is not a notebook cell (no cell_type): save the "
+                             "notebook from Jupyter again")
+        if cell["cell_type"] != "code":
+            continue
+        src = cell.get("source", "")
+        if isinstance(src, list) and all(isinstance(line, str) for line in src):
+            src = "".join(src)
+        if not isinstance(src, str) or "\0" in src:
+            raise ValueError(f"cell {number}'s source is not text (a string or a list of lines "
+                             "without NUL bytes): save the notebook from Jupyter again")
+        sources.append(src)
+    return sources
 
 
 def phase_of(path: str | Path) -> str:
@@ -58,7 +77,7 @@ def without_magics(src: str) -> str:
 def parse(src: str) -> ast.Module | None:
     try:
         return ast.parse(without_magics(src))
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested too deep included
         return None
 
 

@@ -6,6 +6,10 @@ A learner is one entry of SUBMISSIONS_DIR (hidden entries and other files are sk
   `.ipynb_checkpoints` ignored); none, or several, is that learner's error;
 - an `.ipynb` file: the learner is the file name without `.ipynb`.
 
+A learner's notebook must be that learner's own file: one reached through a link that leaves the
+learner's folder, one that is another learner's (a link to it, or a hard link: the same file), is
+that learner's error row, never graded (else one learner would get another's grade).
+
 Each notebook is graded by `tunix_lite.course.grading.grade`, the grader of `tunix-lite grade` (its
 confined worker, time limits and hidden tests), one after the other. A notebook that cannot be
 graded (invalid JSON, no phase) is one row with its error in one line; a cell that crashes the
@@ -45,17 +49,50 @@ def learners(submissions: Path) -> list[tuple[str, Path | None, str]]:
             roster.append((entry.name, *_notebook_in(entry)))
         elif entry.suffix == ".ipynb":
             roster.append((entry.stem, entry, ""))
-    return roster
+    return _own_notebooks(roster, submissions.resolve())
 
 
 def _notebook_in(folder: Path) -> tuple[Path | None, str]:
-    found = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    """The folder's one notebook, found without following links to folders; a notebook that is a
+    link out of the folder is refused."""
+    home, found = folder.resolve(), []
+    for parent, folders, files in os.walk(folder):
+        folders[:] = sorted(f for f in folders if f != ".ipynb_checkpoints")
+        found += [Path(parent, name) for name in sorted(files) if name.endswith(".ipynb")]
+    for path in found:
+        if not path.resolve().is_relative_to(home):
+            return None, (f"{path.relative_to(folder)} is a link out of the learner's folder "
+                          f"(to {path.resolve()}): not graded")
     if len(found) == 1:
         return found[0], ""
     if not found:
         return None, "no .ipynb in the folder"
     names = ", ".join(str(p.relative_to(folder)) for p in found)
     return None, f"{len(found)} notebooks, expected one: {names}"
+
+
+def _own_notebooks(roster: list, root: Path) -> list[tuple[str, Path | None, str]]:
+    """`roster` with every notebook that is another learner's file refused: a link into another
+    learner's entry, or the same file (a hard link) as another learner's notebook."""
+    names = {entry.name: entry.name if entry.is_dir() else entry.stem for entry in root.iterdir()}
+    checked, files = [], {}
+    for learner, notebook, why in roster:
+        if notebook is not None:
+            real = notebook.resolve()
+            inside = real.relative_to(root).parts[:1] if real.is_relative_to(root) else ()
+            owner = names.get(inside[0]) if inside else None
+            if owner is not None and owner != learner:
+                why = f"{notebook.name} is a link to {owner}'s notebook ({real}): not graded"
+                notebook = None
+            else:
+                info = real.stat()
+                files.setdefault((info.st_dev, info.st_ino), []).append(learner)
+        checked.append((learner, notebook, why))
+    shared = {learner: [other for other in sharing if other != learner]
+              for sharing in files.values() if len(sharing) > 1 for learner in sharing}
+    return [(learner, None, f"the same file as {', '.join(shared[learner])}'s notebook (a hard "
+                            "link): not graded") if learner in shared else (learner, notebook, why)
+            for learner, notebook, why in checked]
 
 
 def grade_row(learner: str, notebook: Path | None, why: str, *, phase: str | None,
