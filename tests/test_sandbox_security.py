@@ -350,7 +350,7 @@ def _connections(server) -> list[int]:
 def test_the_program_never_runs_as_root_and_its_report_says_what_holds():
     """Before: the child ran as kernel uid 0 inside its user namespace, and the report had no word
     for the unix sockets it could reach."""
-    assert CAN["uid"] != 0 and set(CAN) == {"namespaces", "uid", "landlock", "seccomp"}
+    assert CAN["uid"] != 0 and set(CAN) == {"namespaces", "tmpfs", "uid", "landlock", "seccomp"}
     outcome = sandbox.run_untrusted("import os", [("eval", "os.getuid()")], timeout=5.0)
     assert outcome.isolation == CAN
     if os.getuid() == 0:  # no user namespace in between: the program sees its kernel uid
@@ -470,26 +470,59 @@ def add(a, b): return a + b
     assert outcome.values[1] == 4 and not os.path.exists(outcome.values[0])
 
 
-def test_a_call_that_fills_the_disk_fails_and_leaves_nothing(pool, on_tmpfs):
-    """Files of at most FILE_MB each, and past DISK_MB in all the call fails (an error, counted)."""
-    size = sandbox.FILE_MB * 2**20
+def test_remove_tree_takes_any_depth_width_and_mode(on_tmpfs):
+    """What the trusted side does with a sandbox folder where no private tmpfs holds it (and with
+    the grader's worker folder): 2,000 deep, 3,000 wide, folders made unreadable, a link out."""
+    top, outside = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    (outside / "keep").write_text("x")
+    for i in range(3000):
+        (top / f"wide{i}").mkdir()
+    (top / "link").symlink_to(outside)
+    here = os.open(top, os.O_RDONLY)
+    for depth in range(2000):
+        os.mkdir("d", dir_fd=here)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = deeper
+        if depth % 500 == 0:
+            os.mkdir("locked", dir_fd=here)
+            os.close(os.open("locked/f", os.O_CREAT | os.O_WRONLY, dir_fd=here))
+            os.chmod("locked", 0, dir_fd=here)
+    os.close(here)
+    assert sandbox.remove_tree(str(top))[1] == 3000 + 1 + 2000 + 4 * 2
+    assert not top.exists() and (outside / "keep").read_text() == "x"
+
+
+@pytest.mark.parametrize("tmpfs", [True, False], ids=["private tmpfs", "folder"])
+def test_a_call_that_fills_the_disk_is_held_to_its_quota(tmpfs, pool, on_tmpfs, monkeypatch):
+    """Files of at most FILE_MB each and DISK_MB in all: a private tmpfs refuses more (no space
+    left); in a folder (no namespaces, or TMPFS off), the call fails after it (an error, counted).
+    Nothing stays either way."""
+    monkeypatch.setattr(sandbox, "TMPFS", tmpfs)
     program = f"""
 import os
-top = os.getcwd()
+written = 0
 for i in range({sandbox.DISK_MB // sandbox.FILE_MB + 1}):
-    with open(f"f{{i}}", "wb") as f:
-        f.write(b"x" * {size})
+    try:
+        with open(f"f{{i}}", "wb") as f:
+            f.write(b"x" * {sandbox.FILE_MB * 2**20})
+        written += {sandbox.FILE_MB * 2**20}
+    except OSError:
+        pass
 try:
-    open("big", "wb").write(b"x" * ({size} + 1))
+    open("big", "wb").write(b"x" * {sandbox.FILE_MB * 2**20 + 1})
 except OSError as e:
     big = type(e).__name__
 def add(a, b): return a + b
 """
-    quota, errors = verifier_events()["disk_quota"], pool.stats["errors"]
-    assert pool.map(check_code, [(program, TESTS)]) == [0.0]
-    assert pool.stats["errors"] == errors + 1 and "quota" in pool.last_errors[-1]
-    assert verifier_events()["disk_quota"] == quota + 1
     before = set(os.listdir(tempfile.gettempdir()))
-    with pytest.raises(RuntimeError, match="quota"):
-        sandbox.run_untrusted(program, [("eval", "big")], timeout=10.0)
+    quota, errors = verifier_events()["disk_quota"], pool.stats["errors"]
+    if tmpfs and CAN["tmpfs"]:
+        outcome = sandbox.run_untrusted(program, [("eval", "written"), ("eval", "big")],
+                                        timeout=10.0)
+        assert outcome.values[0] == sandbox.DISK_MB * 2**20 and outcome.values[1] == "OSError"
+    else:
+        assert pool.map(check_code, [(program, TESTS)]) == [0.0]
+        assert pool.stats["errors"] == errors + 1 and "quota" in pool.last_errors[-1]
+        assert verifier_events()["disk_quota"] == quota + 1
     assert set(os.listdir(tempfile.gettempdir())) <= before

@@ -22,8 +22,9 @@ the reward, the trainer and your machine. So:
   is an error of its probe (`EVENTS["over_limits"]`), past the deadline a TimeoutError.
 - **A fresh process per call**: a fork of a zygote interpreter (`python -I -S`: no site-packages,
   no user environment) that never runs untrusted code, so no patch outlives its call; in a
-  temporary HOME and working directory, deleted after without recursion, whatever its depth
-  (`remove_tree`); a call whose program left more than `DISK_MB` or `DISK_ENTRIES` there fails
+  temporary HOME and working directory: where namespaces are, a private tmpfs of `DISK_MB` and
+  `DISK_ENTRIES` that vanishes with the call; elsewhere a folder deleted after without recursion,
+  whatever its depth (`remove_tree`), and a call whose program left more than that there fails
   (`EVENTS["disk_quota"]`). A fork costs about 1 ms where starting an interpreter costs 40, so code
   rewards stay cheap beside an RL step (benchmarks/code_reward.py).
 - **Its own session and process group**, killed whole after the call (and the child dies with its
@@ -87,7 +88,8 @@ from pathlib import Path
 CHILD = Path(__file__).with_name("sandbox_child.py")
 MEMORY_MB = 1024  # address space of the child: `"x" * 10**12` fails there, not on the machine
 FILE_MB = 16  # the largest file the program may write
-DISK_MB, DISK_ENTRIES = 64, 10_000  # what one call's directory may hold when it ends (its quota)
+DISK_MB, DISK_ENTRIES = 64, 10_000  # what one call's directory may hold (its quota)
+TMPFS = True  # that directory a private tmpfs where namespaces allow (off: a folder, checked after)
 STARTUP = 60.0  # seconds to start and confine the child on a busy machine, outside `timeout`
 MAX_OUTPUT = 4 * 2**20  # bytes read back; a program that floods the pipe loses its later answers
 _READ_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/dev/null", "/dev/urandom")
@@ -151,7 +153,8 @@ def run_untrusted(program: str, probes: Sequence[tuple[str, str]], *, timeout: f
         with open(config, "w") as f:
             json.dump({"program": program, "probes": list(map(list, probes)),
                        "read_paths": read_paths(), "cpu_seconds": math.ceil(timeout) + 1,
-                       "memory_mb": memory_mb, "file_mb": FILE_MB}, f)
+                       "memory_mb": memory_mb, "file_mb": FILE_MB,
+                       "disk_mb": DISK_MB if TMPFS else None, "disk_entries": DISK_ENTRIES}, f)
         child, results = _ZYGOTE.fork(config)
         try:
             output, deadline = _read(results, timeout)
@@ -255,9 +258,10 @@ atexit.register(_ZYGOTE.close)
 
 @functools.cache
 def capabilities() -> dict:
-    """What confinement this machine gives a child: {"namespaces": bool (network, PID, IPC), "uid":
-    the kernel uid it runs as (never 0), "landlock": ABI version or 0, "seccomp": bool (no socket
-    of any family)}; `describe` says it in words."""
+    """What confinement this machine gives a child: {"namespaces": bool (network, PID, IPC),
+    "tmpfs": bool (its folder a private tmpfs of DISK_MB), "uid": the kernel uid it runs as (never
+    0), "landlock": ABI version or 0, "seccomp": bool (no socket of any family)}; `describe` says
+    it in words."""
     return run_untrusted("", [], timeout=5.0).isolation
 
 
@@ -280,6 +284,9 @@ def describe(isolation: dict) -> str:
              "signals outside refused (Landlock)" if landlock >= 6 else
              "processes of its user reachable by pid",
              f"files: Landlock ABI {landlock}" if landlock else "files: its user's permissions"]
+    if "tmpfs" in isolation:  # the grader's worker writes in a folder the grader removes
+        parts.append(f"disk: a private tmpfs of {DISK_MB} MB" if isolation["tmpfs"] else
+                     f"disk: its folder, {DISK_MB} MB at most when it ends")
     return "; ".join(parts)
 
 
@@ -327,45 +334,32 @@ def _kill(child: int) -> None:
 
 def remove_tree(path: str) -> tuple[int, int]:
     """Delete a directory that untrusted code wrote, bottom-up through file descriptors: no
-    recursion (any depth), no path longer than a name (any length), never following a link, also
-    what the code made unreadable. Returns (bytes, entries) it held: the caller's quota check."""
+    recursion (any depth), no path longer than a name (any length), each folder listed once (any
+    width), never following a link, also what the code made unreadable. Returns the (bytes,
+    entries) it held: the caller's quota check."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = _open_folder(path, None, flags)
     if fd is None:
         return 0, 0
-    used = entries = 0
-    entered: list[tuple[str, tuple[int, int]]] = []  # (name, its parent's device and inode)
-    stuck: set[tuple[int, int]] = set()  # folders that would not empty (not ours to change)
+    used, entries, pending = _empty(fd)
+    above: list[tuple[str, tuple[int, int], list[str]]] = []  # (name, parent, parent's pending)
     try:
         while True:
-            child = None
-            with os.scandir(fd) as listing:
-                for entry in listing:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if not entry.is_dir(follow_symlinks=False):
-                        try:
-                            os.unlink(entry.name, dir_fd=fd)
-                        except OSError:
-                            continue
-                        used, entries = used + info.st_blocks * 512, entries + 1
-                    elif (info.st_dev, info.st_ino) not in stuck:
-                        child = _open_folder(entry.name, fd, flags)
-                        if child is not None:
-                            entered.append((entry.name, _identity(fd)))
-                            break
-                        stuck.add((info.st_dev, info.st_ino))
-            if child is not None:
+            if pending:
+                name = pending.pop()
+                child = _open_folder(name, fd, flags)
+                if child is None:
+                    continue
+                above.append((name, _identity(fd), pending))
                 os.close(fd)
                 fd = child
+                size, count, pending = _empty(fd)
+                used, entries = used + size, entries + count
                 continue
-            if not entered:  # back at the top, with everything below it gone
+            if not above:  # back at the top, with everything below it gone
                 break
-            name, parent = entered.pop()
+            name, parent, pending = above.pop()
             done, fd = fd, os.open("..", flags, dir_fd=fd)
-            stuck.add(_identity(done))
             os.close(done)
             if _identity(fd) != parent:  # moved while this ran: stop rather than delete elsewhere
                 return used, entries
@@ -381,6 +375,25 @@ def remove_tree(path: str) -> tuple[int, int]:
     except OSError:
         pass
     return used, entries
+
+
+def _empty(fd: int) -> tuple[int, int, list[str]]:
+    """Unlink every entry of the folder `fd` that is not a folder: (their bytes, their number, the
+    names of its folders)."""
+    used = entries = 0
+    folders = []
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.name)
+                    continue
+                blocks = entry.stat(follow_symlinks=False).st_blocks
+                os.unlink(entry.name, dir_fd=fd)
+                used, entries = used + blocks * 512, entries + 1
+            except OSError:
+                pass
+    return used, entries, folders
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -419,7 +432,7 @@ def _outcome(output: bytes, deadline: float) -> Outcome:
                 continue
             if "ready" in message and not outcome.isolation:
                 ready = message["ready"]
-                outcome.isolation = {k: ready[k] for k in ("namespaces", "uid", "landlock",
+                outcome.isolation = {k: ready[k] for k in ("namespaces", "tmpfs", "uid", "landlock",
                                                            "seccomp")}
             elif "program" in message and outcome.program is None:
                 outcome.program = str(message["program"])

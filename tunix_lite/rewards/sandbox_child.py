@@ -14,10 +14,11 @@ order:
 1. dies with the zygote (PR_SET_PDEATHSIG), so a killed trainer leaves nothing running;
 2. where the kernel allows it, new network, PID and IPC namespaces (no network; the trainer's pid
    is not visible, so it cannot be signalled), then fork: the program runs as pid 1, and the whole
-   namespace dies with it. Root makes them directly and then becomes `nobody` (kernel uid 65534,
-   no groups, no capabilities); any other user makes them inside a new user namespace that maps
-   only its own uid. So the program never runs as kernel uid 0: root's files and sockets are out
-   of reach, and the process limit holds (the kernel does not apply it to uid 0);
+   namespace dies with it; and a mount namespace in which the sandbox directory is a tmpfs of the
+   call's disk quota, gone with it. Root makes them directly and then becomes `nobody` (kernel uid
+   65534, no groups, no capabilities); any other user makes them inside a new user namespace that
+   maps only its own uid. So the program never runs as kernel uid 0: root's files and sockets are
+   out of reach, and the process limit holds (the kernel does not apply it to uid 0);
 3. rlimits: CPU seconds, address space, file size, open files, no core files and no new processes;
 4. Landlock where the kernel has it: reads only beneath the standard library and system library
    folders, writes only in the sandbox directory, no TCP, no signals or abstract sockets outside the
@@ -50,7 +51,8 @@ import sys
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 _CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
-_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWIPC, _CLONE_NEWNS = 0x08000000, 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 NOBODY = 65534  # the kernel uid and gid a child started by root runs as, where no `nobody` exists
 # Imported by the zygote before its first fork (see the module docstring): what programs import
 # most, among them everything an RL code task's solution usually needs.
@@ -103,6 +105,24 @@ def enter_namespaces() -> bool:
     return True
 
 
+def _private_disk(megabytes: int | None, entries: int | None) -> bool:
+    """The working directory becomes a new tmpfs of `megabytes` and `entries` files and folders, in
+    a mount namespace of its own: what the program writes is capped there, never reaches the disk,
+    and is gone with the namespace. Call it with the rights to mount (root, or inside the user
+    namespace); False (and the directory as it was) where refused."""
+    if _libc is None or not megabytes or _libc.unshare(_CLONE_NEWNS) != 0:
+        return False
+    here = os.getcwd()
+    if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:  # never to the host's
+        return False
+    options = f"size={megabytes}m,nr_inodes={entries},mode=0700".encode()
+    if _libc.mount(b"tmpfs", here.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                   options) != 0:
+        return False
+    os.chdir(here)  # into the new mount, from the folder beneath it
+    return True
+
+
 def leave_root() -> int:
     """Root becomes nobody (no groups, no capabilities): the process limit then holds (the kernel
     ignores it for uid 0), and root's files, sockets and processes are out of reach. Returns the
@@ -116,21 +136,26 @@ def leave_root() -> int:
         uid = gid = NOBODY
     os.chown(os.getcwd(), uid, gid)  # the sandbox directory stays writable
     os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+    os.setgid(gid)  # as root, both set the real, effective and saved ids
+    os.setuid(uid)
     if _libc is not None:  # a change of uid clears both: keep the /proc files ours, and the signal
         _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     return os.getuid()
 
 
-def confine_ids() -> dict:
-    """Namespaces where the kernel allows them, and never kernel uid 0: {"namespaces": bool, "uid":
-    the kernel uid this process runs as now}. Root makes the namespaces first (no user namespace
+def confine_ids(disk_mb: int | None = None, disk_entries: int | None = None) -> dict:
+    """Namespaces where the kernel allows them, with the working directory a private tmpfs of
+    `disk_mb` when given, and never kernel uid 0: {"namespaces": bool, "tmpfs": bool, "uid": the
+    kernel uid this process runs as now}. Root makes the namespaces first (no user namespace
     needed) and becomes nobody in them; refused, it becomes nobody and tries again as nobody."""
     namespaces = os.getuid() == 0 and enter_namespaces()
+    tmpfs = namespaces and _private_disk(disk_mb, disk_entries)
     uid = leave_root()
-    return {"namespaces": namespaces or enter_namespaces(), "uid": uid}
+    if not namespaces:
+        namespaces = enter_namespaces()
+        tmpfs = namespaces and _private_disk(disk_mb, disk_entries)
+    return {"namespaces": namespaces, "tmpfs": tmpfs, "uid": uid}
 
 
 def set_limits(config: dict) -> None:
@@ -311,7 +336,7 @@ def _call(config_path: str, results: int, zygote: int) -> None:
         config = json.load(f)
     os.unlink(config_path)
     die_with_parent(zygote)
-    isolation = confine_ids()
+    isolation = confine_ids(config.get("disk_mb"), config.get("disk_entries"))
     set_limits(config)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     quiet = os.open(os.devnull, os.O_WRONLY)  # before Landlock, which allows no writes outside
