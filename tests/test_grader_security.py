@@ -520,6 +520,7 @@ def test_grade_all_never_grades_another_learners_file(tmp_path, monkeypatch, cap
     (submissions / "frank").mkdir()
     (submissions / "frank" / "work.ipynb").write_text("{}")
     (submissions / "frank" / "data").symlink_to(tmp_path)  # a folder link: not followed
+    (submissions / "gina.ipynb").symlink_to(tmp_path / "nothing.ipynb")  # a link to nothing
     graded = []
 
     def fake_grade(path, **kwargs):
@@ -534,7 +535,8 @@ def test_grade_all_never_grades_another_learners_file(tmp_path, monkeypatch, cap
     assert rows["frank"]["score"] == "9" and rows["frank"]["error"] == ""
     for learner, why in (("bob", "link to alice's notebook"), ("carol", "link to alice's notebook"),
                          ("dave", "link out of the learner's folder"),
-                         ("alice", "same file as erin's"), ("erin", "same file as alice's")):
+                         ("alice", "same file as erin's"), ("erin", "same file as alice's"),
+                         ("gina", "cannot be read")):
         assert rows[learner]["score"] == "0" and why in rows[learner]["error"], rows[learner]
 
 

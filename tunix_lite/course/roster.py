@@ -85,8 +85,11 @@ def _own_notebooks(roster: list, root: Path) -> list[tuple[str, Path | None, str
                 why = f"{notebook.name} is a link to {owner}'s notebook ({real}): not graded"
                 notebook = None
             else:
-                info = real.stat()
-                files.setdefault((info.st_dev, info.st_ino), []).append(learner)
+                try:
+                    info = real.stat()
+                    files.setdefault((info.st_dev, info.st_ino), []).append(learner)
+                except OSError as e:  # a link to nothing, a file it may not read
+                    notebook, why = None, f"{notebook.name} cannot be read: {e.strerror}"
         checked.append((learner, notebook, why))
     shared = {learner: [other for other in sharing if other != learner]
               for sharing in files.values() if len(sharing) > 1 for learner in sharing}

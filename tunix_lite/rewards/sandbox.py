@@ -106,13 +106,15 @@ EVENTS_LOCK = threading.Lock()
 class Outcome:
     """What came back from one call: `program` is "ok" once the program ran (else its error, or None
     when the child said nothing); `values` and `errors` map a probe's index to its plain value or
-    its error text. `deadline` (time.monotonic()) is the call's: whatever the caller computes from
-    the values (its comparisons) is part of the call and must end by then."""
+    its error text; `over_limits` counts the values refused here for going past `Limits` (each also
+    an error). `deadline` (time.monotonic()) is the call's: whatever the caller computes from the
+    values (its comparisons) is part of the call and must end by then."""
 
     isolation: dict
     program: str | None
     values: dict[int, object]
     errors: dict[int, str]
+    over_limits: int = 0
     deadline: float = math.inf
 
 
@@ -177,7 +179,7 @@ def _events(outcome: Outcome) -> collections.Counter:
     return collections.Counter(
         silent=program is None, program_errors=program is not None and program != "ok",
         non_plain_values=sum(e.startswith("TypeError: not a plain value") for e in errors),
-        over_limits=sum(e.startswith(_OVER) for e in errors))
+        over_limits=outcome.over_limits)
 
 
 def _count(events: collections.Counter) -> None:
@@ -444,7 +446,8 @@ def _outcome(output: bytes, deadline: float) -> Outcome:
                     try:
                         outcome.values[index] = decode(message["value"], deadline=deadline)
                     except OverLimits as e:
-                        outcome.errors[index] = f"{_OVER}{e}"
+                        outcome.errors[index] = f"OverLimits: {e}"
+                        outcome.over_limits += 1
                 else:
                     outcome.errors[index] = str(message.get("error"))[:300]
         except (ValueError, TypeError, KeyError, RecursionError):
@@ -456,7 +459,6 @@ class OverLimits(ValueError):
     """An answer past `Limits`: too many values, too deep, an integer too long, colliding hashes."""
 
 
-_OVER = "OverLimits: "
 _SCALARS = {"NoneType": (type(None),), "bool": (bool,), "int": (int,), "float": (int, float),
             "str": (str,)}
 _SEQUENCES = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}

@@ -4,9 +4,9 @@ Started once per trainer as `python -I -S sandbox_child.py --zygote FD` (standar
 nothing of tunix_lite imported): the zygote. It never runs a program itself. For each call it
 receives a config path and a results pipe on the socket FD, and forks a child: a pristine copy of
 an interpreter that has run no untrusted code, which no earlier call's patch can reach (a fork
-costs about a millisecond; starting an interpreter, forty). The zygote imports the standard
-modules programs use most (`PRELOAD`) before its first fork, so they are there even where the
-child cannot read the standard library (Python in root's home, as under pyenv). The zygote is
+costs about a millisecond; starting an interpreter, forty). Where its children cannot read the
+standard library (started by root with Python in root's home, as under pyenv), the zygote imports
+the standard modules programs use most (`PRELOAD`) before its first fork, so they are there. It is
 non-dumpable, so a program cannot read or trace its way into it, and it exits when the trainer's
 end of the socket closes. The child, in its own session and the call's temporary directory, in
 order:
@@ -284,11 +284,12 @@ def serve(channel: int) -> None:
         _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no program can ptrace or read its way in here
         _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, not to init
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and are reaped as they exit
-    for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
+    if os.getuid() == 0 and not _world_readable(os.path.dirname(os.__file__)):
+        for name in PRELOAD:  # its children become nobody, who could not import them
+            try:
+                __import__(name)
+            except ImportError:
+                pass
     _seccomp_filter()
     requests, me = socket.socket(fileno=channel), os.getpid()
     while True:
@@ -302,6 +303,19 @@ def serve(channel: int) -> None:
                 os._exit(0)
         os.close(fds[0])
         requests.sendall(f"{child}\n".encode())
+
+
+def _world_readable(folder: str) -> bool:
+    """Whether any user may reach `folder` (every folder above it searchable by others) and list it
+    (the standard library: pyenv as root keeps it in root's home, mode 0700)."""
+    path = os.path.abspath(folder)
+    while True:
+        mode = os.stat(path).st_mode
+        if not mode & (0o001 if path != os.path.abspath(folder) else 0o005):
+            return False
+        if path == os.path.dirname(path):
+            return True
+        path = os.path.dirname(path)
 
 
 def _request(requests: socket.socket) -> tuple[str, list[int]]:

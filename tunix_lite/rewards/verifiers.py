@@ -361,9 +361,9 @@ def check_code(program: str | None, tests: str | Sequence[str], *,
     outcome = run_untrusted(block.group(1) if block else program, probes, timeout=timeout)
     if outcome.program != "ok":
         return 0.0
-    over = [e for e in outcome.errors.values() if e.startswith("OverLimits")]
-    if over:  # an answer made to stall this process: the call fails (the pool counts an error)
-        raise sandbox.OverLimits(over[0])
+    if outcome.over_limits:  # an answer made to stall this process: the call fails (an error)
+        raise sandbox.OverLimits(next(e for e in outcome.errors.values()
+                                      if e.startswith("OverLimits: ")))
     answers = [outcome.values.get(i, asserts.FAILED) for i in range(len(probes))]
     passed = first = 0
     for plan in plans:
