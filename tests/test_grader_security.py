@@ -462,7 +462,9 @@ def test_a_module_planted_for_the_next_worker_never_runs_and_a_deep_tree_goes(gr
     def double(x):
         return 2 * x
     """
-    report, printed, _ = grade(textwrap.dedent(plant), "def square(x):\n    return x * x")
+    product = ("import jax.numpy as jnp\n\ndef square(x):\n    big = jnp.ones((512, 512))\n"
+               "    return x * x + 0 * float((big @ big)[0, 0])")  # it failed in the worker before
+    report, printed, _ = grade(textwrap.dedent(plant), product)
     messages = {t["test"]: t["message"] for t in report["tests"]}
     assert "the worker exited" in messages["test_double"], printed  # the cell ran, to its end
     assert not marker.exists()

@@ -41,8 +41,9 @@ from pathlib import Path
 from tunix_lite.rewards import sandbox, sandbox_child
 
 # Read-only beneath these (besides the standard library and system libraries): what the notebook's
-# imports need, and this process's own /proc entries and CPU topology, which jax reads.
-_JAX_READS = ("/proc/self", "/sys/devices/system/cpu", "/etc/localtime")
+# imports need, and this process's own /proc entries and CPU topology, which jax reads (XLA's
+# matmul library reads /proc/cpuinfo at its first large product: without it, that product fails).
+_JAX_READS = ("/proc/self", "/sys/devices/system/cpu", "/etc/localtime", "/proc/cpuinfo")
 
 
 def read_paths() -> list[str]:
