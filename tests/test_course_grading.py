@@ -355,8 +355,8 @@ def test_a_hang_costs_one_exercise_and_its_grandchildren_die(tiny):
     hang = f"""
     import subprocess
     def square(x):
-        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', {token!r}],
-                         start_new_session=True)
+        # /bin/sh: the worker runs as nobody, who may not run a Python in root's home (pyenv)
+        subprocess.Popen(['/bin/sh', '-c', 'sleep 300; true', {token!r}], start_new_session=True)
         while True:
             pass
     """
