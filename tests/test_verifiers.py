@@ -189,3 +189,15 @@ def test_a_hanging_program_is_a_timeout_of_its_own_sandbox(pool):
     programs = [("while True: pass", "assert True"), ("def f(): return 1", "assert f() == 1")]
     assert pool.map(check_code, programs) == [0.0, 1.0]
     assert pool.stats["timeouts"] == timeouts + 1 and time.monotonic() - start < 10
+
+
+def test_judging_the_programs_values_here_is_bounded():
+    """What a test does to the program's values cannot build without bound in this process: the
+    call fails (the pool counts an error) instead of holding the trainer."""
+    from tunix_lite.rewards.sandbox import OverLimits
+
+    for test in ("assert 'x' * f() == 'x'", "assert 2 ** f() > 0", "assert 1 << f() > 0",
+                 "assert len(list(range(f()))) == 1", "assert sorted(range(f()))[0] == 0"):
+        with pytest.raises(OverLimits):
+            check_code("def f():\n    return 10 ** 12", test, timeout=2.0)
+    assert check_code("def f():\n    return 3", "assert 'x' * f() == 'xxx'\nassert 2 ** f() == 8") == 1.0
