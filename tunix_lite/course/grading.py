@@ -241,7 +241,7 @@ def grade(path: str | Path, *, timeout: float = EXERCISE_SECONDS, phase: str | N
     for name, used in rules.violations(code.cells, others, forbidden).items():
         fill([name], "not_allowed",
              f"graded cells may not use {', '.join(used)} (write it yourself)")
-    banned = sorted({name for ex in exercises for name in ex.forbidden} | {"tunix_lite.course"})
+    banned = _with_new_homes({name for ex in exercises for name in ex.forbidden} | {"tunix_lite.course"})
     public = f"{graded.__name__}.phase{phase}"  # where the tests' `inside` helpers come from
     orders = {"parent": os.getpid(), "where": path.name, "imports": list(code.imports),
               "cells": [[src, list(names)] for src, names in code.cells], "skip_cells": [],
@@ -337,6 +337,18 @@ def _load(worker, timeout: float, state: dict, cells: list[int], startup: float)
                 return {"errors": errors, "defined": defined, "isolation": isolation}
     worker.lost = worker.lost or "exited"
     raise WorkerLost(worker.lost)
+
+
+def _with_new_homes(names: set[str]) -> list[str]:
+    """`names` and, for a module that moved (tunix_lite.MOVED) at or below one of them, where it
+    lives now: the worker bans both."""
+    import tunix_lite
+
+    moved = {new + name[len(old):] for name in names for old, new in tunix_lite.MOVED.items()
+             if name == old or name.startswith(old + ".")}
+    below = {new for name in names for old, new in tunix_lite.MOVED.items()
+             if old.startswith(name + ".")}
+    return sorted(names | moved | below)
 
 
 PROTOCOL = "protocol: "  # WorkerLost's reason when the worker said what it may not

@@ -17,9 +17,9 @@ deadline (`passes`). The expected values never leave this process.
 Evaluated here: literals and displays, comparisons (chained), and/or/not, arithmetic, subscripts and
 slices, conditional expressions, calls of `TRUSTED` functions and of `math`'s, and a few methods of
 str, list and dict (`METHODS`) on values computed here. Bounded: no operation builds more than
-`tunix_lite.rewards.sandbox.Limits` allows (`"x" * f(n)`, `2 ** f(n)`, `list(range(f(n)))`), and a set or
-dict is checked for colliding hashes before it is built. A probe that is an argument a function
-iterates (`set(f(x))`, `sorted(f(x))`) comes back as a list when the program returns a generator.
+`sandbox.Limits` allows (`"x" * f(n)`, `2 ** f(n)`, `list(range(f(n)))`), and a set or dict is
+checked for colliding hashes before it is built. A probe that is an argument a function iterates
+(`set(f(x))`, `sorted(f(x))`) comes back as a list when the program returns a generator.
 
 A call that passes a function of the program (`map(f, xs)`, `sorted(xs, key=f)`) runs whole in
 the sandbox: its value is the program's, computed from the test's inputs only. A test with anything

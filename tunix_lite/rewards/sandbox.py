@@ -479,7 +479,7 @@ def loads(line: str | bytes, limits: Limits = LIMITS):
 
 
 def decode(node, leaf=None, *, limits: Limits = LIMITS, deadline: float | None = None) -> object:
-    """A type-tagged JSON tree (see `sandbox_child.to_plain`) as plain builtins built here; ValueError
+    """A type-tagged JSON tree (`sandbox_child.to_plain`) as plain builtins built here; ValueError
     for anything else (OverLimits past `limits`), TimeoutError once `deadline` (time.monotonic())
     passes. `leaf(kind, value)` builds the other kinds it knows (the grader's arrays)."""
     return _Decoder(limits, deadline, leaf).decode(node, 0)

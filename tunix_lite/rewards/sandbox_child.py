@@ -1,4 +1,4 @@
-"""The untrusted side of `tunix_lite.rewards.sandbox`: confine a fresh process, run the program, probe it.
+"""The untrusted side of `tunix_lite.sandbox`: confine a fresh process, run the program, probe it.
 
 Started once per trainer as `python -I -S sandbox_child.py --zygote FD` (standard library only,
 nothing of tunix_lite imported): the zygote. It never runs a program itself. For each call it

@@ -29,7 +29,7 @@ not). Its arguments and its result travel as JSON (strings, numbers, lists, dict
 a worker cannot send code back into the trainer. A worker imports only this module, not JAX.
 
 Model-written *code* never runs there. `check_code` (and any check marked `@untrusted_check`) is
-called in the trainer's threads and runs the program through `tunix_lite.rewards.sandbox`: a fresh, confined
+called in the trainer's threads and runs the program through `tunix_lite.sandbox`: a fresh, confined
 interpreter per call that returns plain values, compared here with expected values it never sees
 (the threat model, and what holds on which OS, are in that module's docstring).
 """
@@ -60,7 +60,7 @@ MAX_MESSAGE = 2**20  # bytes: a worker's answer is a float; anything longer is n
 
 
 def untrusted_check(check: Callable[..., float]) -> Callable[..., float]:
-    """Mark a check that runs model-written code itself, through `tunix_lite.rewards.sandbox.run_untrusted`:
+    """Mark a check that runs model-written code itself, through `tunix_lite.sandbox.run_untrusted`:
     the pool then calls it in the trainer's threads as `check(*args, timeout=pool.timeout)`, never
     in a warm worker."""
     check.untrusted = True
@@ -291,9 +291,9 @@ _POOLS: weakref.WeakSet = weakref.WeakSet()
 def verifier_events() -> dict[str, int]:
     """This process's verifier calls so far, cumulative, and what went wrong: the pools' timeouts,
     crashes and errors (each such call scored 0.0), and what the sandbox saw model-written code do
-    (`tunix_lite.rewards.sandbox.EVENTS`: silent ends, program errors, non-plain values, answers past the
-    limits, disk quotas). An RL run logs
-    the change per rollout, so a policy that learns to attack its verifier shows up in the logs."""
+    (`tunix_lite.sandbox.EVENTS`: silent ends, program errors, non-plain values, answers past the
+    limits, disk quotas). An RL run logs the change per rollout, so a policy that learns to attack
+    its verifier shows up in the logs."""
     counts = {key: sum(pool.stats[key] for pool in list(_POOLS))
               for key in ("calls", "timeouts", "crashes", "errors")}
     with sandbox.EVENTS_LOCK:
@@ -346,8 +346,8 @@ _CODE_BLOCK = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 def check_code(program: str | None, tests: str | Sequence[str], *,
                timeout: float = TIMEOUT) -> float:
     """The fraction of `tests` (Python statements, usually asserts; a string holds one per line)
-    that pass after running `program` in a fresh sandboxed interpreter (`tunix_lite.rewards.sandbox`):
-    only the program's calls run there, the asserts are judged here (`tunix_lite.rewards.asserts`). The
+    that pass after running `program` in a fresh sandboxed interpreter (`tunix_lite.sandbox`):
+    only the program's calls run there, the asserts are judged here (`rewards.asserts`). The
     program sees the standard library only (no site-packages). A program that raises scores 0.0;
     one whose run, or the judging of its answers, goes past `timeout` seconds raises TimeoutError
     (the pool counts it as a timeout), one whose answers go past `sandbox.Limits` raises
@@ -435,6 +435,6 @@ def verifier_reward(check: Callable[..., float], columns: Sequence[str] = ("answ
     in a worker pool (the default pool unless given): a check that hangs, crashes or raises scores
     0.0 instead of ending the run. `check` must be importable (defined at the top level of a module)
     so that worker processes can load it, and gets the answer as a string: a check that runs it as
-    code must do so through `tunix_lite.rewards.sandbox` and be marked `@untrusted_check` (as `check_code`
+    code must do so through `tunix_lite.sandbox` and be marked `@untrusted_check` (as `check_code`
     is), never exec it."""
     return _PoolReward(check, columns, pool)
