@@ -44,8 +44,8 @@ def _run(folder: Path, *, n: int = 240, gain: float = 0.15, trained_on: int = 0,
     folder.mkdir(parents=True)
     write_report(reports, folder / "report")
     (folder / "data").mkdir()
-    (folder / "data" / "test.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"question {i}?", "answer": str(i)}) + "\n" for i in range(n)))
+    rows = [{"prompt": f"question {i}?", "answer": str(i)} for i in range(n)]
+    (folder / "data" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "pipeline.yaml").write_text("output_dir: x\nmodel: tiny\n")
     return folder
 

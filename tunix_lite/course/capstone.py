@@ -82,7 +82,8 @@ def read_table(run: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise CapstoneError(f"{path}: not JSON ({e}); rerun `tunix-lite run` to rewrite it") from None
+        raise CapstoneError(f"{path}: not JSON ({e}); rerun `tunix-lite run` to rewrite "
+                            "it") from None
 
 
 def test_prompts_key(run: Path, n: int) -> str:
