@@ -13,7 +13,8 @@ names the command that reproduces it through the grader:
     python -m tunix_lite.course.contract 08 --tests course/instructor/hidden   # hidden tests
 
 (tests/test_grading_contract.py runs it in CI.) It exits 1 when a test fails a solution or passes a
-stub, printing one line per failing seed: `tunix-lite grade solutions/06_rl_exercises.ipynb --seed N`.
+stub, printing one line per failing seed with the command that reproduces it, e.g.
+`tunix-lite grade solutions/06_rl_exercises.ipynb --seed N`.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def sweep(phase: str, seeds: Callable[[Callable], Iterable[int]], *, root: Path,
                     outcome, message = run_test(test, impl, graded.test_rng(seed, test))
                     result.runs += 1
                     if outcome != outcome_wanted:
-                        result.failures.append(Failure(path.relative_to(root), test.__name__, seed,
-                                                       outcome, message, tests_dir and str(tests_dir)))
+                        result.failures.append(Failure(path.relative_to(root), test.__name__,
+                                                       seed, outcome, message,
+                                                       tests_dir and str(tests_dir)))
                 key = f"{test.__name__} ({direction})"
                 result.seconds[key] = result.seconds.get(key, 0.0) + time.process_time() - start
     return result
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tunix_lite.course.contract",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("phases", nargs="*", help="phases to sweep (default: every phase)")
-    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"seeds per test (default {SEEDS})")
+    parser.add_argument("--seeds", type=int, default=SEEDS,
+                        help=f"seeds per test (default {SEEDS})")
     parser.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
     parser.add_argument("--tests", help="a folder of hidden test modules (phaseNN.py)")
     parser.add_argument("--root", type=Path, default=Path("."),
