@@ -610,6 +610,16 @@ TASKS = ("chain_sum", "products", "basic_arithmetic", "gcd", "lcm", "letter_coun
          "word_sequence_reversal")
 
 
+def _few_prompts() -> list[tuple[int, int]]:
+    """(n, greedy right) on 6-10 prompts where pass@K can show room beyond the bar (0.25 above
+    greedy) while staying inside greedy's own Wilson interval: room no sound reading can confirm."""
+    return [(n, k) for n in range(6, 11) for k in range(4)
+            if math.ceil((k / n + 0.25) * n - 1e-9) <= math.floor(wilson(k, n)[1] * n + 1e-9)]
+
+
+_FEW = _few_prompts()
+
+
 def _rate(rng, n: int, lo: float, hi: float) -> float:
     """A rate in [lo, hi] that n prompts can show: a multiple of 1 / n."""
     first, last = math.ceil(max(lo, 0.0) * n - 1e-9), math.floor(min(hi, 1.0) * n + 1e-9)
@@ -622,12 +632,10 @@ def _task_row(rng, verdict: str, samples: int, n: int | None = None) -> dict:
     the only sound reading: margins of 0.15 or more around the notes' bar of 0.2, or n too small to
     tell."""
     if verdict == "too_few":
-        n = n or int(rng.integers(6, 11))
-        while True:  # room beyond the bar, but inside greedy's Wilson interval and the gap's
-            greedy = int(rng.integers(0, 4)) / n
-            top = wilson(greedy * n, n)[1]
-            if math.ceil((greedy + 0.25) * n - 1e-9) <= math.floor(top * n + 1e-9):
-                break
+        choices = [(size, right) for size, right in _FEW if n is None or size == n]
+        n, right = choices[int(rng.integers(len(choices)))]
+        greedy = right / n
+        top = wilson(right, n)[1]
         sampled, guess = _rate(rng, n, greedy + 0.25, top), float(rng.uniform(0.0, greedy))
     else:
         n = n or int(rng.integers(200, 501))
@@ -728,8 +736,8 @@ def test_choose_rl_tasks_weighs_the_evidence(impl, rng):
     goes when guessing scores as well as sampling does, and comes back when guessing falls"""
     samples = int(rng.choice([4, 8, 16]))
     many = _task_row(rng, "room", samples)
-    n = int(rng.integers(6, 11))
-    few = _task_row(rng, "too_few", samples, n=n)
+    few = _task_row(rng, "too_few", samples)
+    n = few["n"]
     rows = {"many": many, "few": few}
     report = _report(rng, rows, samples)
     _agree(_verdicts(impl, report), {"many": "room", "few": "too_few"}, report,
