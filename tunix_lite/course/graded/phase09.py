@@ -74,8 +74,9 @@ def _flat(rng, n, level, scale=0.005, lo=-math.inf, hi=math.inf):
 
 
 def _blow_up(rng, n, calm, wild):
-    """calm values for the first 40-60 % of the run, then wild ones."""
-    start = int(n * rng.uniform(0.4, 0.6))
+    """calm values for the first 50-65 % of the run, then wild ones (so any early window before
+    the middle is calm, and any late window after two thirds mostly wild)."""
+    start = int(n * rng.uniform(0.5, 0.65))
     levels = np.where(np.arange(n) < start, calm, wild)
     return np.abs(levels + rng.normal(0.0, calm * 0.2, n)).tolist()
 
@@ -136,8 +137,8 @@ def _columns(rng, label, n):
         columns["grad_norm"] = _flat(rng, n, rng.uniform(0.01, 0.05), 0.002, 0.005)
         needs.append("truncated")
     elif label == "reward_hacking":  # a shaping term climbs; correctness does not
-        low = rng.uniform(-0.6, 0.2)
-        shaping = _curve(rng, n, low, low + rng.uniform(0.5, 0.8), 0.01)
+        low = rng.uniform(-0.8, 0.0)
+        shaping = _curve(rng, n, low, low + rng.uniform(0.7, 1.0), 0.01)
         exact = _curve(rng, n, exact[0], exact[0] - rng.uniform(0.0, 0.1), 0.01, 0.0, 1.0)
         columns["length"] = _curve(rng, n, columns["length"][0], rng.uniform(3, 15), 1.0, 1.0)
         columns["kl"] = _curve(rng, n, 0.0, rng.uniform(0.05, 0.3), 0.005, 0.0)
