@@ -20,7 +20,9 @@ stub, printing one line per failing seed with the command that reproduces it, e.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -33,6 +35,28 @@ SEEDS = 200  # per test and direction, unless a test says fewer (tests/test_grad
 # A seed the grader drew that left one of phase 6's tests an empty batch (the reference scored 2/3):
 # every sweep keeps it.
 REGRESSIONS = (3790878087422224534,)
+# One run of one test; past it the draw counts as a failure (a generator that loops forever on some
+# draws hangs the grader until the exercise's limit, costing a right answer its points).
+RUN_SECONDS = 60.0
+
+
+class RanTooLong(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _limit(seconds: float):
+    """Raise RanTooLong in this (the main) thread once `seconds` have passed."""
+    def ring(signum, frame):
+        raise RanTooLong(f"one run took more than {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +113,8 @@ def sweep(phase: str, seeds: Callable[[Callable], Iterable[int]], *, root: Path,
             for test in exercise.tests:
                 start = time.process_time()
                 for seed in seeds(test):
-                    outcome, message = run_test(test, impl, graded.test_rng(seed, test))
+                    with _limit(RUN_SECONDS):
+                        outcome, message = run_test(test, impl, graded.test_rng(seed, test))
                     result.runs += 1
                     if outcome != outcome_wanted:
                         result.failures.append(Failure(path.relative_to(root), test.__name__,
