@@ -526,15 +526,8 @@ print("optimizer state holds", len(jax.tree.leaves(nnx.state(head_optimizer, nnx
 # 4. Why does `print` inside a jitted function print only sometimes?
 # 5. What does `wrt=nnx.All(nnx.Param, nnx.PathContains("head"))` change about the optimizer's memory?
 #
-# <details><summary>Answers</summary>
-#
-# 1. DPO's loss is about how much the policy moved away from where it started on the chosen versus rejected
-#    answer; the reference defines "where it started" and keeps the policy from drifting arbitrarily.
-# 2. 16 bytes × 1e9 ≈ 15 GiB.
-# 3. Two: one per distinct shape; the third call reuses the first compile.
-# 4. It runs while tracing, which happens on the first call for each new shape/dtype/static value.
-# 5. Adam moments are kept only for the selected variables, so the frozen embedding costs no optimizer state.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [phase 1 exercises](../exercises/01_jax_nnx_exercises.ipynb), then
 # [phase 2: Gemma 3 from scratch](02_gemma3_from_scratch.ipynb). Course map: [syllabus](../course/SYLLABUS.md).

@@ -512,15 +512,8 @@ for temperature, top_p in [(0.7, 0.9), (1.2, 1.0)]:
 # 4. Gemma 3 270M has 4 query heads and 1 kv head. How much smaller is its KV cache than with 4 kv heads?
 # 5. With `top_p=0.9`, can more tokens survive for a confident prediction or for an unsure one?
 #
-# <details><summary>Answers</summary>
-#
-# 1. Rescaling alone stabilises training about as well and is cheaper; with `1 + w`, a zero-initialised weight is
-#    the identity.
-# 2. Rotating q by angle `m·θ` and k by `n·θ` leaves their dot product a function of the angle difference `(m - n)·θ`.
-# 3. The keys at positions 0, 1 and 2 (not the two padding slots, nothing in the future).
-# 4. 4× smaller.
-# 5. For an unsure one: a flat distribution needs many tokens to reach 90% of the mass.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [phase 2 exercises](../exercises/02_gemma3_block_exercises.ipynb) and the
 # [syllabus](../course/SYLLABUS.md) for phase 3 (SFT).

@@ -625,21 +625,8 @@ else:
 #    the same as an uninterrupted run? Why or why not?
 # 6. With `micro_batches=4`, why must the loss report its token count?
 #
-# <details><summary>Answers</summary>
-#
-# 1. The model must learn to stop, which is generating `<end_of_turn>`. The header is written by the prompt
-#    template at inference time; the model never has to produce it.
-# 2. Token mean: (10·2 + 90·1) / 100 = 1.1. Mean of row means: (2 + 1) / 2 = 1.5.
-# 3. With equal segment ids the second example's tokens could attend to the first example (information leaks
-#    across examples and its logits change). Without restarted positions, RoPE would see it as continuing
-#    the first example, a position it never has at inference time.
-# 4. The truncation report: `drop` removes the longest examples, and most `sort` examples are long, so the
-#    model may barely see that domain.
-# 5. No: it repeats the first 200 batches and skips others, so the model sees a different data order (and
-#    some examples twice). Resume with `stream(start=200)`.
-# 6. Micro-batches have different numbers of trained tokens. Weighting each micro-batch gradient by its count
-#    makes the sum the gradient of the whole batch's token mean; equal weights give a different, wrong update.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [phase 3 exercises](../exercises/03_sft_exercises.ipynb), the
 # [mind-map notes](../course/03_supervised_fine_tuning.md), then

@@ -511,19 +511,8 @@ else:  # installed from a package: the results live in the repository
 # 5. For Gemma 3 270M, why does NF4 shrink the total memory far less than 8×?
 # 6. What does `remat=True` cost, and what does it buy?
 #
-# <details><summary>Answers</summary>
-#
-# 1. With `B = 0` the update `A B` is zero, so training starts from the pretrained model; `A` random means
-#    `∂L/∂B = (xA)ᵀ · ∂L/∂y` is non-zero at step 0. With both zero, both gradients are zero and nothing trains.
-# 2. 16 · (2048 + 8192) = 163,840, about 1% of 2048 · 8192 = 16,777,216.
-# 3. Everything: the base weights and the adapters, with Adam moments for all of them (more than full
-#    fine-tuning, not less).
-# 4. `x(W + sAB)` and `xW + s(xA)B` round differently. Keeping the LoRA model makes "unmerging" exact;
-#    subtracting `sAB` from `W'` would not give `W` back bit for bit.
-# 5. Only the linear layers' kernels are quantized; the embedding table, two thirds of the parameters, stays
-#    float32, and NF4 itself stores about 0.56 bytes per weight (4 bits plus a float32 scale per 64 weights).
-# 6. About one extra forward pass of compute; activation memory that grows with one block instead of all layers.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [phase 4 exercises](../exercises/04_lora_exercises.ipynb) and the
 # [mind-map notes](../course/04_lora_qlora.md). Course map: [syllabus](../course/SYLLABUS.md).

@@ -510,21 +510,8 @@ if path.is_file():  # in a clone
 #    you would try.
 # 6. Why can ORPO start from the pretrained model while DPO usually starts from an SFT model?
 #
-# <details><summary>Answers</summary>
-#
-# 1. `log 2`, 0 and 0: the policy is the reference, so every log-ratio is 0, `h = 0`, `σ(0) = 1/2`; a tie is not
-#    counted as a correct ranking.
-# 2. It depends only on the prompt, and both completions share the prompt, so it cancels in the reward difference.
-#    Otherwise the loss would need the partition function over all completions, which cannot be computed.
-# 3. The weight is `σ(−βh) = σ(−2) ≈ 0.12`, against 0.5 at `h = 0`: a quarter as hard, but never zero. cDPO's push
-#    is `β[(1−ε)σ(−βh) − εσ(βh)] / β ≈ 0.9·0.12 − 0.1·0.88 ≈ 0.02`, and it turns negative past `βh = log 9 ≈ 2.2`.
-# 4. The loss of a pair needs both rows' log-probs; splitting them would leave half a pair in each micro-batch,
-#    and a pair is the unit the mean (and `metrics["count"]`) is over.
-# 5. `logps/chosen` (falling?), `kl` (large?), the flaw rates and per-domain accuracy; try a larger β, fewer steps or
-#    a lower learning rate, label smoothing or IPO, or `nll_weight` (RPO).
-# 6. ORPO's NLL term is SFT on the chosen completion, so it learns the format while it learns the preference; DPO
-#    only moves the policy relative to the reference, so the reference should already write reasonable answers.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [phase 5 exercises](../exercises/05_preference_exercises.ipynb), the
 # [mind-map notes](../course/05_preference_tuning.md), then phase 6 (RL with GRPO). Course map:

@@ -651,3 +651,6 @@ if path.is_file():  # in a clone
 # 5. Reward rises to its maximum in 20 steps while held-out exact match falls. Name two curves you would look at and
 #    two changes you would make.
 # 6. An external engine samples in bf16 on its own mesh. Which log-probs should the ratio's π_old use, and why?
+#
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).

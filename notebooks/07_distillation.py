@@ -541,16 +541,5 @@ else:
 # 5. Why must teacher and student share a tokenizer for logit KD, but not for sequence-level KD on the teacher's
 #    generated text?
 #
-# <details><summary>Answers</summary>
-#
-# 1. The softened KL's gradient scales like `1/T²`; without the factor, moving to `T = 4` divides the soft term's
-#    gradient by ~16 and the run becomes mostly CE.
-# 2. The mean over all positions divides the trained tokens' sum by ~3.3× too many positions, by a different
-#    factor per batch, so micro-batches (and batches) get the wrong weights.
-# 3. Merging categories never increases a divergence (the data-processing inequality); at `k = V` the rest bucket is
-#    empty and nothing is merged.
-# 4. Reverse KL (or JSD with a large `β`): on its own samples the student should not put mass where the teacher puts
-#    none; forward KL would push it to cover every teacher mode.
-# 5. Logit KD compares probabilities id by id; with another tokenizer id 500 means something else. Text can be
-#    re-tokenized by the student.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).

@@ -453,22 +453,15 @@ else:
 # - The **planner** gives memory per device (exact for weights and optimizer state), FLOPs and a roofline before
 #   you rent the chips.
 #
-# **Quiz** (answers below)
+# **Quiz**
+#
 # 1. A weight `[embed, mlp]` on `fsdp=4, tensor=2`: what fraction of it does each device hold?
 # 2. Why is the optimizer built *after* the model is placed on the mesh?
 # 3. You double the batch. Which strategy's collective traffic doubles, and which stays the same?
 # 4. Gemma 3 1B has 4 query heads and 1 kv head. What does `tensor=8` split in its attention?
 #
-# <details><summary>Answers</summary>
-#
-# 1. One eighth: rows split 4 ways, columns 2 ways.
-# 2. So that the Adam moments are created with their parameter's layout (already split), instead of whole on one
-#    device and moved afterwards (which might not fit).
-# 3. TP's: it sends activations, which grow with the batch. DP's and FSDP's send weights and gradients, whose size
-#    does not depend on the batch.
-# 4. Nothing: 4 query heads do not split 8 ways and the kv head cannot split at all; only the MLP and the
-#    vocabulary split. Use `tensor=2` or `4` (or FSDP) for this model.
-# </details>
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).
 #
 # **Next:** the [exercises](../exercises/08_scaling_exercises.ipynb) (bytes per chip, collective volume, the batch
 # that fits, choosing a mesh, all on paper and checked numerically), then [phase 9](09_capstone_reasoning_model.ipynb)

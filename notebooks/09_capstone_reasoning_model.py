@@ -390,3 +390,6 @@ show("09_capstone_gemma", "tunix-lite run configs/capstone_gemma3_270m.yaml")
 # 3. A verifier that runs the model's code in the training process: name two ways it can end the run.
 # 4. In a tool-use trajectory, what would go wrong if the environment's tokens were trained on?
 # 5. Why does every session train at least one step even when its budget is already spent?
+#
+# Write your answers before you look anything up; your instructor has the answers (in a clone of the
+# course, studying alone: `course/instructor/quiz_answers.md`, once yours are written).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,76 @@ def test_demo_cells_that_need_an_exercise_may_raise_in_the_exercise_version():
           "nbformat_minor": 5}
     tags = [c["metadata"].get("tags", []) for c in build.build_notebook(nb)["cells"]]
     assert tags == [["graded"], [], ["raises-exception"], ["raises-exception"], []]
+
+
+def _solution_bodies() -> dict[str, str]:
+    """{exercise function: the code between its BEGIN and END SOLUTION markers, one stripped line
+    per line} for every solutions/ notebook."""
+    bodies = {}
+    for path in SOLUTIONS:
+        for cell in read(path)["cells"]:
+            lines = source(cell).splitlines()
+            starts = [i for i, line in enumerate(lines) if line.strip() == BEGIN]
+            for start in starts:
+                end = next(i for i in range(start, len(lines)) if lines[i].strip() == END)
+                name = next(line.split("def ", 1)[1].split("(")[0]
+                            for line in reversed(lines[:start]) if line.lstrip().startswith("def "))
+                bodies[f"{path.name}:{name}"] = _normalized("\n".join(lines[start + 1:end]))
+    return bodies
+
+
+def _normalized(text: str) -> str:
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _texts(folder: Path) -> dict[str, str]:
+    """Every readable text under folder, notebooks as their cells' sources, normalized."""
+    texts = {}
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # images, archives
+        if path.suffix == ".ipynb":
+            text = "\n".join(source(cell) for cell in json.loads(text)["cells"])
+        texts[path.relative_to(folder).as_posix()] = _normalized(text)
+    return texts
+
+
+def test_the_learner_copy_holds_no_solution_code_or_quiz_answers(tmp_path, capsys):
+    """`--learner-copy DIR`: no solution function's body anywhere in the copy (the same search finds
+    each one in solutions/, so it is not vacuous), no solutions/, instructor kit or tests, no quiz
+    answers; the exercises, their public tests and the notebooks are there."""
+    target = tmp_path / "course_copy"
+    assert build.main(["--solutions", str(ROOT / "solutions"), "--learner-copy", str(target)]) == 0
+    bodies = _solution_bodies()
+    assert len(bodies) >= 40, sorted(bodies)
+    copied = _texts(target)
+    found = {name: [rel for rel, text in copied.items() if body in text]
+             for name, body in bodies.items()}
+    assert not any(found.values()), {name: where for name, where in found.items() if where}
+    originals = _texts(ROOT / "solutions")
+    assert all(any(body in text for text in originals.values()) for body in bodies.values())
+    assert not [rel for rel in copied if rel.startswith(build.LEARNER_EXCLUDES)]
+    for rel in ("exercises/06_rl_exercises.ipynb", "notebooks/06_reinforcement_learning.ipynb",
+                "tunix_lite/course/graded/phase06.py", "course/CAPSTONE.md", "pyproject.toml"):
+        assert rel in copied, rel
+    assert not [rel for rel, text in copied.items() if "<summary>Answers" in text]
+    assert build.main(["--solutions", str(ROOT / "solutions"), "--learner-copy", str(target)]) == 2
+    assert "exists and is not an empty folder" in capsys.readouterr().err
+
+
+def test_quiz_answers_live_in_the_instructor_bank_only():
+    """Every lesson notebook ends with a quiz and no answers; the bank has a section per phase, each
+    with as many answers as its notebook asks questions."""
+    bank = (ROOT / "course" / "instructor" / "quiz_answers.md").read_text(encoding="utf-8")
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "Quiz" in text and "<summary>Answers" not in text, path.name
+        quiz = text[text.index("Quiz"):]
+        asked = len(re.findall(r"^# (\d+)\. ", quiz, re.M))
+        section = bank.split(f"## Phase {int(path.name[:2])} ·", 1)[1].split("\n## Phase", 1)[0]
+        answers = section.split("**Answers**", 1)[1]
+        assert len(re.findall(r"^(\d+)\. ", answers, re.M)) == asked > 0, path.name

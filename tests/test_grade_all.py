@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,60 @@ def test_a_missing_hidden_test_module_stops_before_the_first_learner(tmp_path, c
                      "--phase", "08"])
     assert code == 2 and not out.exists()
     assert "no phase08.py there" in capsys.readouterr().err
+
+
+FAKE_DOCKER = '''#!{python}
+"""A stand-in for docker: `image inspect` knows one image; `run` logs its arguments, then grades as
+the image would, with each mounted path mapped back to the host (read-only mounts stay unwritten)."""
+import json, subprocess, sys
+args = sys.argv[1:]
+if args[:2] == ["image", "inspect"]:
+    sys.exit(0 if args[2] == "tunix-lite-grader:test" else 1)
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+mounts, i = {{}}, 0
+while args[i] != "tunix-lite-grader:test":
+    if args[i] == "-v":
+        host, inside = args[i + 1].split(":")[:2]
+        mounts[inside] = host
+        i += 1
+    i += 1
+command = args[i + 1:]
+for inside, host in mounts.items():
+    command = [c.replace(inside, host) if c.startswith(inside) else c for c in command]
+sys.exit(subprocess.run([sys.executable, "-m", "tunix_lite.cli", *command[1:]]).returncode)
+'''
+
+
+def test_docker_grades_each_learner_in_its_own_container(tmp_path, monkeypatch, capsys):
+    """`grade-all --docker IMAGE`: one `docker run` per learner, without network, read-only, the
+    notebook and the hidden tests mounted read-only and only a fresh results folder writable; the
+    rows are the grader's. A fake docker on PATH records the commands and grades as the image would.
+    A missing image stops the batch before the first learner."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "docker.log"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    fake.write_text(FAKE_DOCKER.format(python=sys.executable, log=str(log)))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    shutil.copy(SOLUTION, submissions / "alice.ipynb")
+    shutil.copy(STUB, submissions / "carol.ipynb")
+    out = tmp_path / "grades.csv"
+    args = ["grade-all", str(submissions), "--tests", str(HIDDEN), "--csv", str(out), "--phase", "08"]
+    assert cli.main([*args, "--docker", "no-such-image"]) == 2 and not out.exists()
+    assert "no such image" in capsys.readouterr().err
+    assert cli.main([*args, "--docker", "tunix-lite-grader:test"]) == 0, capsys.readouterr()
+    rows = _rows(out)
+    assert rows["alice"]["score"] == rows["alice"]["max_score"] == "9", rows["alice"]
+    assert rows["carol"]["score"] == "0" and "not implemented" in rows["carol"]["exercises"]
+    runs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(runs) == 2
+    for run in runs:
+        assert run[:2] == ["run", "--rm"] and {"--read-only", "--network"} <= set(run)
+        assert run[run.index("--network") + 1] == "none"
+        mounts = [run[i + 1] for i, a in enumerate(run) if a == "-v"]
+        assert any(m.endswith(":/in/submission.ipynb:ro") for m in mounts)
+        assert any(m.endswith(":/hidden:ro") for m in mounts)
+        assert [m for m in mounts if not m.endswith(":ro")] == [m for m in mounts if m.endswith(":/out")]

@@ -1,5 +1,5 @@
 """`tunix-lite` command line: info, generate, train, sft, run, plan, eval (and the course's grade /
-build-exercises)."""
+grade-capstone / grade-all / build-exercises)."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def cmd_grade_all(args) -> int:
     from tunix_lite.course import roster
 
     return roster.grade_all(args.submissions, args.csv, phase=args.phase, tests_dir=args.tests,
-                            timeout=args.timeout)
+                            timeout=args.timeout, image=args.docker)
 
 
 def add_set_option(parser: argparse.ArgumentParser, example: str) -> None:
@@ -276,20 +276,27 @@ def build_parser() -> argparse.ArgumentParser:
     roster.add_argument("--phase", help="the phase of every notebook (default: each file's NN_)")
     roster.add_argument("--timeout", type=float, default=30.0,
                         help="seconds per exercise and per graded cell (default 30)")
+    roster.add_argument("--docker", metavar="IMAGE",
+                        help="grade each learner in a fresh container of IMAGE (no network, "
+                             "read-only; course/instructor/Dockerfile builds it)")
     roster.set_defaults(fn=cmd_grade_all)
 
     # listed for --help; main() hands their arguments straight to the course tools' own parsers
     sub.add_parser("grade", help="grade an exercise notebook (tunix-lite grade NB.ipynb --help)")
+    sub.add_parser("grade-capstone", help="grade a capstone pipeline run and its write-up "
+                                          "(tunix-lite grade-capstone RUN_DIR --help)")
     sub.add_parser("build-exercises", help="build exercises/ from solutions/ (--check to verify)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["grade"], ["build-exercises"]):
-        from tunix_lite.course import build, grading
+    if argv[:1] in (["grade"], ["grade-capstone"], ["build-exercises"]):
+        from tunix_lite.course import build, capstone, grading
 
-        return (grading.main if argv[0] == "grade" else build.main)(argv[1:])
+        tool = {"grade": grading.main, "grade-capstone": capstone.main,
+                "build-exercises": build.main}
+        return tool[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv  # what a report quotes as the command that made it
     if args.no_compile_cache:

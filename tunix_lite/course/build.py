@@ -10,6 +10,8 @@ dropped, so the output bytes depend only on the solution's source.
     python -m tunix_lite.course.build --check    # exit 1 if exercises/ differs from a fresh build
     python -m tunix_lite.course.build --stamp    # first rewrite badges and setup cells from
                                                  # REPO_URL/VERSION/RELEASED
+    python -m tunix_lite.course.build --learner-copy DIR   # the course without what only an
+                                                           # instructor may see (LEARNER_EXCLUDES)
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import argparse
 import ast
 import json
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -133,6 +137,58 @@ def build(solutions: Path, exercises: Path) -> dict[Path, str]:
     return {exercises / p.name: dumps(build_notebook(read(p), str(p), p.name)) for p in sources}
 
 
+# What a learner's copy leaves out: the solutions, the instructor's kit (hidden tests, quiz answers,
+# the guide) and the tests, which grade the solutions (learners grade with check() and
+# `tunix-lite grade`, whose public tests live in the package).
+LEARNER_EXCLUDES = ("solutions/", "course/instructor/", "course/INSTRUCTOR.md", "tests/", ".ci/")
+_UNTRACKED = {".git", ".venv", "runs", "dist", "build", "__pycache__", ".cache", ".pytest_cache"}
+
+
+def repository_files(root: Path) -> list[str]:
+    """The repository's files, relative to root: git's tracked files where root is a checkout,
+    else every file outside virtual environments, runs and caches."""
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
+                                check=True).stdout.decode().split("\0")
+        files = [f for f in listed if f and (root / f).is_file()]
+        if files:
+            return files
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not _UNTRACKED & set(p.relative_to(root).parts))
+
+
+def learner_copy(root: Path, target: Path) -> list[str]:
+    """Write the course as a learner gets it into `target` (new or empty): every repository file
+    but LEARNER_EXCLUDES, with exercises/ built afresh from solutions/. Returns the files
+    written."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise FileExistsError(f"--learner-copy {target}: exists and is not an empty folder; "
+                              "name a new one (nothing is overwritten)")
+    if target.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"--learner-copy {target}: inside the repository {root}; name a folder "
+                         "outside it")
+    built = {p.relative_to(root).as_posix(): text
+             for p, text in build(root / "solutions", root / "exercises").items()}
+    written = []
+    for rel in repository_files(root):
+        if rel.startswith(LEARNER_EXCLUDES) or rel in LEARNER_EXCLUDES:
+            continue
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if rel in built:
+            out.write_text(built.pop(rel), encoding="utf-8")
+        else:
+            shutil.copy2(root / rel, out)
+        written.append(rel)
+    for rel, text in built.items():  # an exercise not committed yet
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_text(text, encoding="utf-8")
+        written.append(rel)
+    return written
+
+
 def stamp(path: Path, rel: str) -> bool:
     """Rewrite a notebook's badges and setup cell from REPO_URL / VERSION / RELEASED; True if the
     file changed."""
@@ -162,7 +218,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exercises", default="exercises", type=Path)
     parser.add_argument("--stamp", action="store_true",
                         help="first rewrite badges and setup cells in notebooks/ and solutions/ from REPO_URL/VERSION")
+    parser.add_argument("--learner-copy", type=Path, metavar="DIR",
+                        help="write the course without solutions, quiz answers, instructor "
+                             "files and tests into DIR (new or empty), then stop")
     args = parser.parse_args(argv)
+    if args.learner_copy:
+        try:
+            written = learner_copy(args.solutions.resolve().parent, args.learner_copy)
+        except (FileExistsError, ValueError) as e:
+            print(f"tunix-lite build-exercises: error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {len(written)} files to {args.learner_copy} (left out: "
+              f"{', '.join(LEARNER_EXCLUDES)})")
+        return 0
     if args.stamp:
         root = args.solutions.resolve().parent
         for path in sorted([*(root / "notebooks").glob("*.ipynb"), *args.solutions.glob("*.ipynb")]):

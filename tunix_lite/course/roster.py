@@ -11,7 +11,10 @@ learner's folder, one that is another learner's (a link to it, or a hard link: t
 that learner's error row, never graded (else one learner would get another's grade).
 
 Each notebook is graded by `tunix_lite.course.grading.grade`, the grader of `tunix-lite grade` (its
-confined worker, time limits and hidden tests), one after the other. A notebook that cannot be
+confined worker, time limits and hidden tests), one after the other; with `--docker IMAGE`, by the
+same grader inside a fresh container of IMAGE per learner (tunix_lite.course.container: no network,
+read-only, only its results folder writable), a missing docker or image stopping the batch before
+the first learner. A notebook that cannot be
 graded (invalid JSON, no phase) is one row with its error in one line; a cell that crashes the
 worker or hangs costs its exercises inside `grade`, and the row's error column names it. The
 batch never stops for one learner. Rows go to a temporary file beside out.csv as they are graded
@@ -25,6 +28,7 @@ Exit codes: 0 when the CSV is written, whatever the scores; 2 on bad arguments; 
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import tempfile
 import time
@@ -99,15 +103,18 @@ def _own_notebooks(roster: list, root: Path) -> list[tuple[str, Path | None, str
 
 
 def grade_row(learner: str, notebook: Path | None, why: str, *, phase: str | None,
-              tests_dir: str | None, timeout: float, max_score: int | str) -> dict:
-    """One learner's CSV row. Any exception is this learner's error, never the batch's."""
+              tests_dir: str | None, timeout: float, max_score: int | str,
+              grader=None) -> dict:
+    """One learner's CSV row (graded by `grader`, `grading.grade` unless given). Any exception is
+    this learner's error, never the batch's."""
     row = dict.fromkeys(COLUMNS, "") | {"learner": learner, "notebook": str(notebook or ""),
                                         "score": 0, "max_score": max_score, "error": one_line(why)}
     if notebook is None:
         return row
     start = time.perf_counter()
     try:
-        report = grading.grade(notebook, timeout=timeout, phase=phase, tests_dir=tests_dir)
+        report = (grader or grading.grade)(notebook, timeout=timeout, phase=phase,
+                                           tests_dir=tests_dir)
     except Exception as e:  # noqa: BLE001 - a broken notebook is one row, whatever broke
         return row | {"seconds": round(time.perf_counter() - start, 1),
                       "error": one_line(f"{type(e).__name__}: {e}")}
@@ -151,8 +158,10 @@ def max_score_of(phase: str | None, tests_dir: str | None) -> int | str:
 
 
 def grade_all(submissions: str | Path, csv_path: str | Path, *, phase: str | None = None,
-              tests_dir: str | None = None, timeout: float = grading.EXERCISE_SECONDS) -> int:
-    """Grade every learner of `submissions` into `csv_path` (module docstring); the exit code."""
+              tests_dir: str | None = None, timeout: float = grading.EXERCISE_SECONDS,
+              image: str | None = None) -> int:
+    """Grade every learner of `submissions` into `csv_path` (module docstring), each in a fresh
+    container of `image` when given (tunix_lite.course.container); the exit code."""
     from tqdm import tqdm
 
     submissions, csv_path = Path(submissions), Path(csv_path)
@@ -162,6 +171,12 @@ def grade_all(submissions: str | Path, csv_path: str | Path, *, phase: str | Non
     if not roster:
         raise ValueError(f"{submissions}: no learners (sub-folders or .ipynb files)")
     max_score = max_score_of(phase, tests_dir)
+    grader = None
+    if image is not None:
+        from tunix_lite.course import container
+
+        container.check_image(image)
+        grader = functools.partial(container.grade, image=image)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=csv_path.parent, prefix=f".{csv_path.name}.",
                                    suffix=".partial")
@@ -173,7 +188,7 @@ def grade_all(submissions: str | Path, csv_path: str | Path, *, phase: str | Non
             for learner, notebook, why in bar:
                 bar.set_postfix_str(learner)
                 row = grade_row(learner, notebook, why, phase=phase, tests_dir=tests_dir,
-                                timeout=timeout, max_score=max_score)
+                                timeout=timeout, max_score=max_score, grader=grader)
                 writer.writerow({k: spreadsheet_safe(v) for k, v in row.items()})
                 f.flush()  # an interrupted batch leaves every finished row readable
             os.fsync(f.fileno())

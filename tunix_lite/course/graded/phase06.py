@@ -1,7 +1,9 @@
 """Graded tests for phase 6 (solutions/06_rl_exercises.ipynb): the arithmetic of policy-gradient RL, one step past
 the lesson each time: ragged groups, dual clipping, an off-policy KL estimate, GAE over several episodes per row,
 and loss aggregation over packed rows. Then a skill: a verifiable reward that the hacks a policy finds do not
-fool, graded on behaviour (honest completions against a reference, then each hack, which must score 0).
+fool, graded on behaviour (honest completions against a reference, then each hack, which must score 0). Last, a
+judgment: which candidate tasks of an evaluation report have room for RL, and why not the others, graded on
+reports drawn per run (the instructor's hidden tests draw others: course/instructor/hidden/phase06.py).
 
 References are numpy in float64 (or a closed form); the learner's float32 results must match to ~1e-5 relative.
 Shapes: R completions, B rows, T positions.
@@ -9,11 +11,14 @@ Shapes: R completions, B rows, T positions.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from tunix_lite.course.graded import graded
+from tunix_lite.evaluation import wilson
 
 __all__ = [
     "test_group_advantages_match_numpy", "test_group_advantages_zero_mean_and_equal_groups",
@@ -26,6 +31,8 @@ __all__ = [
     "test_reward_answer_rejects_extra_and_broken_tags",
     "test_reward_answer_rejects_answers_outside_one_exact_tag",
     "test_reward_answer_compares_text_not_numbers", "test_reward_answer_one_float_per_completion",
+    "test_choose_rl_tasks_gives_each_task_its_verdict", "test_choose_rl_tasks_judges_each_task_alone",
+    "test_choose_rl_tasks_weighs_the_evidence", "test_choose_rl_tasks_needs_sampled_answers",
 ]
 
 HINTS = {
@@ -94,9 +101,24 @@ HINTS = {
         "float(bool(closed) and not after.strip() and inside.strip() == ref.strip()); "
         "return [score(c, r) for c, r in zip(completions, answer, strict=True)]",
     ],
+    "choose_rl_tasks": [
+        "RL makes likelier what the model already samples, so the most it can add to greedy accuracy is "
+        "what sampling finds beyond greedy, and only the part that guessing from the answers' prior "
+        "does not explain. A difference measured on a handful of prompts may be noise: compare it with "
+        "its 95% interval before you act on it.",
+        "Per task: K = report['samples']; the row's 'accuracy' (greedy), f'pass@{K}', "
+        "f'guess_pass@{K}' and 'n'. The room is pass@K - max(greedy, guess_pass@K); the notes keep a "
+        "task when it is 0.2 or more. A difference of two rates over n prompts has a 95% half-width "
+        "of about 1.96 sqrt((p (1 - p) + g (1 - g)) / n): when the bar lies inside gap +- that, say "
+        "too_few. Then: no right sample at all, pass@K hardly above greedy, pass@K hardly above "
+        "guessing, room.",
+        "half = 1.96 * math.sqrt((p * (1 - p) + g * (1 - g)) / n); gap = p - max(g, q); "
+        "if gap - half < 0.2 <= gap + half: 'too_few'; elif p == 0: 'too_hard'; elif p - g < 0.2: "
+        "'no_room'; elif p - q < 0.2: 'guessing'; else 'room'",
+    ],
 }
 
-FORBIDDEN = {  # the library's estimators, surrogates and aggregations
+FORBIDDEN = {  # the library's estimators, surrogates and aggregations (and its evaluation report)
     "group_advantages": ("tunix_lite.rl",),
     "dual_clip_surrogate": ("tunix_lite.rl",),
     "kl_k3_off_policy": ("tunix_lite.rl",),
@@ -107,6 +129,7 @@ FORBIDDEN = {  # the library's estimators, surrogates and aggregations
                       "tunix_lite.data.synthetic.reward_exact_match",
                       "tunix_lite.data.synthetic.reward_format",
                       "tunix_lite.data.synthetic.reward_reasoning_format"),
+    "choose_rl_tasks": ("tunix_lite.model_eval",),
 }
 
 
@@ -576,3 +599,170 @@ def test_reward_answer_one_float_per_completion(impl, rng):
         assert got == want, f"batch of {size}: expected {want}, got {got}"
         backwards = _rewards(impl, texts[::-1], references[::-1])
         assert backwards == got[::-1], "reversing the batch must reverse the rewards"
+
+
+# ------------------------------------------------------------------ 7. which tasks have room for RL
+
+VERDICTS = ("room", "no_room", "guessing", "too_hard", "too_few")
+TASKS = ("chain_sum", "products", "basic_arithmetic", "gcd", "lcm", "letter_counting",
+         "leg_counting", "spell_backward", "word_sorting", "number_sequence", "simple_equations",
+         "compare", "count", "sort", "sequence", "instruction", "arithmetic", "facts",
+         "word_sequence_reversal")
+
+
+def _few_prompts() -> list[tuple[int, int]]:
+    """(n, greedy right) on 6-10 prompts where pass@K can show room beyond the bar (0.25 above
+    greedy) while staying inside greedy's own Wilson interval: room no sound reading can confirm."""
+    return [(n, k) for n in range(6, 11) for k in range(4)
+            if math.ceil((k / n + 0.25) * n - 1e-9) <= math.floor(wilson(k, n)[1] * n + 1e-9)]
+
+
+_FEW = _few_prompts()
+
+
+def _rate(rng, n: int, lo: float, hi: float) -> float:
+    """A rate in [lo, hi] that n prompts can show: a multiple of 1 / n."""
+    first, last = math.ceil(max(lo, 0.0) * n - 1e-9), math.floor(min(hi, 1.0) * n + 1e-9)
+    k = int(rng.integers(first, last + 1))
+    return k / n
+
+
+def _task_row(rng, verdict: str, samples: int, n: int | None = None) -> dict:
+    """One task's row of a `tunix-lite eval --samples K --json` report, drawn so that `verdict` is
+    the only sound reading: margins of 0.15 or more around the notes' bar of 0.2, or n too small to
+    tell."""
+    if verdict == "too_few":
+        choices = [(size, right) for size, right in _FEW if n is None or size == n]
+        n, right = choices[int(rng.integers(len(choices)))]
+        greedy = right / n
+        top = wilson(right, n)[1]
+        sampled, guess = _rate(rng, n, greedy + 0.25, top), float(rng.uniform(0.0, greedy))
+    else:
+        n = n or int(rng.integers(200, 501))
+        if verdict == "room":
+            greedy = _rate(rng, n, 0.02, 0.5)
+            guess = float(rng.uniform(0.0, greedy + 0.05))
+            sampled = _rate(rng, n, max(greedy, guess) + 0.35, min(max(greedy, guess) + 0.5, 0.98))
+        elif verdict == "no_room":
+            greedy = _rate(rng, n, 0.1, 0.95)
+            sampled = _rate(rng, n, greedy, greedy + 0.06)
+            guess = float(rng.uniform(0.0, greedy - 0.05))
+        elif verdict == "guessing":
+            greedy = _rate(rng, n, 0.05, 0.55)
+            sampled = _rate(rng, n, greedy + 0.3, greedy + 0.45)
+            guess = float(np.clip(sampled + rng.uniform(-0.05, 0.05), 0.0, 1.0))
+        elif verdict == "too_hard":
+            greedy, sampled, guess = 0.0, 0.0, float(rng.uniform(0.0, 0.15))
+        else:
+            raise ValueError(f"unknown verdict {verdict!r}")
+    right = (rng.permutation(n) < round(greedy * n)).astype(int)
+    constant = float(min(rng.uniform(0.0, 1.0) * max(guess, 0.02), greedy if greedy else 0.1))
+    return {"accuracy": float(right.mean()), "ci95": list(wilson(float(right.sum()), n)), "n": n,
+            "right": right.tolist(), "constant": constant, f"pass@{samples}": sampled,
+            f"guess_pass@{samples}": guess,
+            f"maj@{samples}": float(rng.uniform(right.mean(), max(sampled, right.mean())))}
+
+
+def _report(rng, rows: dict[str, dict], samples: int) -> dict:
+    """The whole report around per-task rows, as `tunix-lite eval --json` writes it."""
+    right = [v for row in rows.values() for v in row["right"]]
+    n = len(right)
+    mean = (lambda key: float(sum(row[key] * row["n"] for row in rows.values()) / max(n, 1)))
+    return {"command": f"tunix-lite eval --samples {samples} --json", "model": "runs/warmup",
+            "data": "reasoning_gym:" + ",".join(rows), "seed": int(rng.integers(0, 100)),
+            "accuracy": sum(right) / max(n, 1), "ci95": list(wilson(sum(right), n)), "n": n,
+            "right": right, "format": 1.0, "reward": sum(right) / max(n, 1), "max_new_tokens": 32,
+            "per_task": rows, "constant": mean("constant"), "samples": samples,
+            f"guess_pass@{samples}": mean(f"guess_pass@{samples}"), "temperature": 1.0,
+            f"pass@{samples}": mean(f"pass@{samples}"), f"maj@{samples}": mean(f"maj@{samples}")}
+
+
+def _candidates(rng, samples: int) -> tuple[dict, dict[str, str]]:
+    """(a report of 6-10 candidate tasks, each task's verdict): every verdict at least once."""
+    names = [str(t) for t in rng.choice(TASKS, size=int(rng.integers(6, 11)), replace=False)]
+    verdicts = [*VERDICTS, *(str(v) for v in rng.choice(VERDICTS, size=len(names) - len(VERDICTS)))]
+    verdicts = [verdicts[i] for i in rng.permutation(len(verdicts))]
+    rows = {name: _task_row(rng, verdict, samples) for name, verdict in zip(names, verdicts)}
+    return _report(rng, rows, samples), dict(zip(names, verdicts))
+
+
+def _verdicts(impl, report: dict) -> dict:
+    got = impl.choose_rl_tasks(report)
+    assert isinstance(got, dict), f"return a dict {{task: verdict}}, got {type(got).__name__}"
+    assert set(got) == set(report["per_task"]), (
+        f"one verdict per task of report['per_task']: expected {sorted(report['per_task'])}, "
+        f"got {sorted(got)}")
+    return got
+
+
+def _agree(got: dict, want: dict, report: dict, why: str) -> None:
+    wrong = {task: f"{got[task]!r}, expected {want[task]!r}" for task in want
+             if got[task] != want[task]}
+    samples = report["samples"]
+    keys = ("n", "accuracy", f"pass@{samples}", f"guess_pass@{samples}")
+    figures = {task: {k: round(report["per_task"][task][k], 3) for k in keys} for task in wrong}
+    assert not wrong, f"{why}: {wrong}; their figures: {figures}"
+
+
+@graded("choose_rl_tasks", reference=True)
+def test_choose_rl_tasks_gives_each_task_its_verdict(impl, rng):
+    """gives every task of a report its verdict (room for RL, or why not), for reports of 6-10 tasks
+    sampled 4, 8 or 16 times"""
+    for samples in (4, 8, 16):
+        report, want = _candidates(rng, samples)
+        _agree(_verdicts(impl, report), want, report,
+               f"a report of {len(want)} tasks, K = {samples}")
+
+
+@graded("choose_rl_tasks")
+def test_choose_rl_tasks_judges_each_task_alone(impl, rng):
+    """a task's verdict comes from its own figures: the same with the tasks shuffled, renamed, or
+    with half of the others left out"""
+    report, want = _candidates(rng, int(rng.choice([4, 8, 16])))
+    names = list(report["per_task"])
+    order = rng.permutation(len(names))
+    shuffled = {f"task_{i}": report["per_task"][names[j]] for i, j in enumerate(order)}
+    renamed = {f"task_{i}": want[names[j]] for i, j in enumerate(order)}
+    moved = _report(rng, shuffled, report["samples"])
+    _agree(_verdicts(impl, moved), renamed, moved, "the same tasks, shuffled and renamed")
+    kept = {name: report["per_task"][name] for name in names[: max(1, len(names) // 2)]}
+    fewer = _report(rng, kept, report["samples"])
+    _agree(_verdicts(impl, fewer), {k: want[k] for k in kept}, fewer, "half of the tasks")
+
+
+@graded("choose_rl_tasks")
+def test_choose_rl_tasks_weighs_the_evidence(impl, rng):
+    """the same rates on 6-10 prompts cannot show room that 200-500 prompts show; a task's room
+    goes when guessing scores as well as sampling does, and comes back when guessing falls"""
+    samples = int(rng.choice([4, 8, 16]))
+    many = _task_row(rng, "room", samples)
+    few = _task_row(rng, "too_few", samples)
+    n = few["n"]
+    rows = {"many": many, "few": few}
+    report = _report(rng, rows, samples)
+    _agree(_verdicts(impl, report), {"many": "room", "few": "too_few"}, report,
+           f"room on {many['n']} prompts, an apparent room of the same size on {n}")
+    guessed = dict(many, **{f"guess_pass@{samples}": float(np.clip(
+        many[f"pass@{samples}"] + rng.uniform(-0.03, 0.03), 0.0, 1.0))})
+    report = _report(rng, {"many": guessed}, samples)
+    _agree(_verdicts(impl, report), {"many": "guessing"}, report,
+           f"the room task, with {samples} guesses from the answers' prior scoring like "
+           f"pass@{samples}")
+
+
+@graded("choose_rl_tasks")
+def test_choose_rl_tasks_needs_sampled_answers(impl, rng):
+    """a report without sampled answers (no --samples) cannot show room: a ValueError that names
+    the samples"""
+    report, want = _candidates(rng, 8)
+    _agree(_verdicts(impl, report), want, report, "a report with 8 samples per prompt")
+    greedy_only = {k: v for k, v in report.items()
+                   if k not in ("samples", "temperature") and "@" not in k}
+    greedy_only["per_task"] = {task: {k: v for k, v in row.items() if "@" not in k}
+                               for task, row in report["per_task"].items()}
+    try:
+        impl.choose_rl_tasks(greedy_only)
+    except ValueError as e:
+        assert "sample" in str(e).lower(), f"the ValueError should name the missing samples: {e}"
+    else:
+        raise AssertionError("a report of greedy answers only has no pass@K: raise ValueError")

@@ -155,12 +155,14 @@ def test_bytes_per_chip_keeps_indivisible_dimensions_whole(impl, rng):
 
 
 def _ref_collective_bytes(mesh, weight_bytes, layers, batch, seq, embed, act_bytes=2) -> float:
-    d, f, t = mesh["data"], mesh["fsdp"], mesh["tensor"]
-    data = 2 * (d - 1) / d * weight_bytes / (f * t)
-    fsdp = 3 * (f - 1) / f * weight_bytes / t
-    activation = batch / (d * f) * seq * embed * act_bytes
-    tensor = 4 * layers * 2 * (t - 1) / t * activation
-    return data + fsdp + tensor
+    """The ring model, term by term (the same floating-point operations as the solution, so that
+    choose_mesh's ties break alike)."""
+    d, f, t = (mesh[axis] for axis in AXES)
+    gradient_all_reduce = 2 * (d - 1) / d * weight_bytes / (f * t)  # over the data axis
+    gather_gather_scatter = 3 * (f - 1) / f * weight_bytes / t  # over the fsdp axis
+    local_activations = batch / (d * f) * seq * embed * act_bytes
+    per_layer_all_reduces = 4 * layers * 2 * (t - 1) / t * local_activations  # tensor axis
+    return gradient_all_reduce + gather_gather_scatter + per_layer_all_reduces
 
 
 @graded("collective_bytes", reference=True)
