@@ -1,4 +1,4 @@
-"""configs/capstone_gemma3_1b_tpu.yaml: its model is a local HF directory (a Kaggle Models mount),
+"""tunix_lite/configs/capstone_gemma3_1b_tpu.yaml: its model is a local HF directory (a Kaggle Models mount),
 which a tiny Gemma 3 checkpoint made here with transformers stands in for; `--check` runs on it
 without the 1B weights, and the header carries the planner's sizes for both TPUs it names.
 
@@ -8,17 +8,17 @@ without.
 
 import re
 import shutil
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import yaml
 
+from tunix_lite import configs
 from tunix_lite.cli import main
 from tunix_lite.loading import ASSETS, load
 
-CONFIG = Path(__file__).parent.parent / "configs" / "capstone_gemma3_1b_tpu.yaml"
+CONFIG = configs.path("capstone_gemma3_1b_tpu")
 
 
 @pytest.fixture(scope="module")
