@@ -6,9 +6,9 @@ checkout) without trying PyPI or GitHub, and setup() must return a profile; with
 must stop with one line, no traceback. The released cell, generated with RELEASED True, must give
 one line per failed route.
 
-The fresh venv has no packages of its own: a .pth adds this environment's site-packages (pip, jax and
-the rest; tunix_lite filtered out), which play a hosted runtime's preinstalled packages, so nothing is
-downloaded and the only tunix_lite the cell can find is the one it installs.
+The fresh venv has no packages of its own (tests/hosted_runtime.py): this environment's site-packages
+play a hosted runtime's preinstalled packages, so nothing is downloaded and the only tunix_lite the
+cell can find is the one it installs.
 """
 
 from __future__ import annotations
@@ -17,27 +17,23 @@ import base64
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
+from hosted_runtime import ROOT, build_wheel, farm, offline_env, runtime
 from tunix_lite import course
 from tunix_lite.course.notebook import read, source
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_core_concepts_jax_nnx.ipynb"
-UNREACHABLE = "http://127.0.0.1:9/simple"  # connection refused at once: PyPI "offline"
 
 REPORT = """
 import importlib.metadata, json, tunix_lite
@@ -49,57 +45,15 @@ print("REPORT " + json.dumps({
 """
 
 
-def _offline_env(home: Path, **extra) -> dict[str, str]:
-    # VIRTUAL_ENV too: IPython would add this environment's site-packages (and its tunix_lite)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "PYTHON", "XLA_", "COLAB_", "KAGGLE_", "TPU_", "CI", "TUNIX_LITE_",
-                                "VIRTUAL_ENV"))}
-    return env | {"HOME": str(home), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": UNREACHABLE,
-                  "PIP_DISABLE_PIP_VERSION_CHECK": "1", "GIT_ALLOW_PROTOCOL": "file",  # git refuses https
-                  "GIT_TERMINAL_PROMPT": "0", "JAX_PLATFORMS": "cpu", "TUNIX_LITE_PROFILE": "ci"} | extra
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The documented build (course.WHEEL_BUILD) of a copy of the checkout, without build isolation
-    (no download of setuptools)."""
-    src = tmp_path_factory.mktemp("src")
-    shutil.copytree(ROOT / "tunix_lite", src / "tunix_lite", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", *course.WHEEL_BUILD.split(), "--no-build-isolation", "-q"],
-                   cwd=src, check=True, env=_offline_env(src), timeout=120)
-    (whl,) = (src / "dist").glob(f"tunix_lite-{course.VERSION}-py3-none-any.whl")
-    return whl
-
-
-def _farm(farm: Path, leave_out: tuple[str, ...] = ()) -> Path:
-    """This environment's site-packages minus tunix_lite and the `leave_out` packages (import names),
-    as symlinks in `farm`: a runtime's preinstalled packages."""
-    farm.mkdir(exist_ok=True)
-    for here in {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}:
-        for entry in here.iterdir():
-            name = entry.name.replace("-", "_").lower()  # tunix_lite: also its editable finder and .pth
-            if "tunix_lite" in name or name.startswith(leave_out) or (farm / entry.name).exists():
-                continue
-            (farm / entry.name).symlink_to(entry)
-    return farm
+    return build_wheel(tmp_path_factory.mktemp("src"))
 
 
 @pytest.fixture(scope="module")
 def preinstalled(tmp_path_factory) -> Path:
     """This environment's site-packages minus tunix_lite: the runtime's preinstalled packages."""
-    return _farm(tmp_path_factory.mktemp("preinstalled"))
-
-
-def _runtime(root: Path, preinstalled: Path) -> Path:
-    """A venv whose only packages are the preinstalled ones; returns its python."""
-    venv.create(root / "venv", with_pip=False)
-    python = root / "venv" / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "preinstalled.pth").write_text(f"import site; site.addsitedir({str(preinstalled)!r})\n")
-    return python
+    return farm(tmp_path_factory.mktemp("preinstalled"))
 
 
 def _setup_cell(tmp_path: Path, released: bool = False) -> str:
@@ -133,9 +87,9 @@ def _run(cell: str, tmp_path: Path, preinstalled: Path, **env) -> subprocess.Com
     work = tmp_path / "working"  # not a clone: no tunix_lite/ beside it
     work.mkdir()
     (tmp_path / "cell.py").write_text(cell)
-    return subprocess.run([_runtime(tmp_path, preinstalled), "-c", IN_IPYTHON, tmp_path / "cell.py"],
+    return subprocess.run([runtime(tmp_path, preinstalled), "-c", IN_IPYTHON, tmp_path / "cell.py"],
                           cwd=work, capture_output=True, text=True, timeout=240,
-                          env=_offline_env(tmp_path, **env))
+                          env=offline_env(tmp_path, **env))
 
 
 def _attach(tmp_path: Path, file: Path, upload: str) -> Path:
@@ -264,17 +218,17 @@ def test_the_wheelhouse_command_collects_the_wheel_and_every_dependency_and_inst
     assert course.WHEELHOUSE_BUILD == 'pip wheel ".[hosted,gemma,tasks]" -w wheelhouse'
     offline = ["--no-index", "--find-links", str(package_index), "--no-build-isolation", "-q"]
     subprocess.run([sys.executable, "-m", *shlex.split(course.WHEELHOUSE_BUILD), *offline], cwd=src,
-                   check=True, env=_offline_env(src), timeout=180)
+                   check=True, env=offline_env(src), timeout=180)
     wheelhouse = src / "wheelhouse"
     names = {_normal(p.name.split("-")[0]) for p in wheelhouse.glob("*.whl")}
     assert {_normal(n) for n in _requirements(WHEELHOUSE_EXTRAS)} | {"tunix_lite"} <= names, names
 
     attached = tmp_path / "kaggle" / "input" / "wheelhouse"
     shutil.copytree(wheelhouse, attached)
-    runtime = _farm(tmp_path / "preinstalled", leave_out=tuple(_normal(n) for n in LACKING))
+    lacking = farm(tmp_path / "preinstalled", leave_out=tuple(_normal(n) for n in LACKING))
     cell = _moved(course.setup_cell('extras=["gemma", "tasks"]'), tmp_path)
     report = "\nimport math_verify; print('REPORT', math_verify.__file__)\n"
-    r = _run(cell + report, tmp_path, runtime, KAGGLE_KERNEL_RUN_TYPE="Batch", PIP_NO_INDEX="1")
+    r = _run(cell + report, tmp_path, lacking, KAGGLE_KERNEL_RUN_TYPE="Batch", PIP_NO_INDEX="1")
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     assert f"installed tunix-lite from uploaded wheel: {attached}/tunix_lite-{course.VERSION}-py3-none-any.whl" \
