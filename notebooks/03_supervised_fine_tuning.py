@@ -213,7 +213,8 @@ print(f"mean of row means       {row_means:.3f}   (not the same: short replies w
 print(f"prompt tokens included  {everything:.3f}   (the prompts are much harder to predict)")
 
 # %%
-r = list(splits["train"].select(range(8))["domain"]).index("sequence")  # "Each step adds 3. 23 + 3 = 26."
+first = list(splits["train"].select(range(8))["domain"])
+r = first.index("sequence") if "sequence" in first else 0  # e.g. "Each step adds 3. 23 + 3 = 26."
 row_nll = np.asarray(nll[r, : len(some.ids[r]) - 1])  # position t's loss is about token t + 1
 shade = plt.cm.Reds(0.05 + 0.9 * np.sqrt(row_nll / row_nll.max()))
 show_tokens(some.ids[r][1:], [c if m else "#f4f4f4" for c, m in zip(shade, some.mask[r][1:])],

@@ -129,15 +129,15 @@ def check_paired(path: Path) -> None:
         raise SystemExit(f"{path} differs from {pair}: run `jupytext --sync {pair}` first")
 
 
-def execute(path: Path, profile: str) -> dict:
-    """The notebook run top to bottom in its own directory, as CI runs it."""
+def execute(path: Path, profile: str, timeout: int = 600) -> dict:
+    """The notebook run top to bottom in its own directory, as CI runs it (`timeout`: per cell)."""
     import nbclient
     import nbformat
 
     os.environ.update(JAX_PLATFORMS="cpu", TUNIX_LITE_PROFILE=profile)
     notebook = nbformat.read(path, as_version=4)
     resources = {"metadata": {"path": str(path.parent)}}
-    nbclient.NotebookClient(notebook, timeout=600, resources=resources).execute()
+    nbclient.NotebookClient(notebook, timeout=timeout, resources=resources).execute()
     return json.loads(nbformat.writes(notebook))
 
 
@@ -149,6 +149,7 @@ def main() -> None:
     parser.add_argument("--cells", type=lambda text: {int(i) for i in text.split(",")},
                         help="store only these cells' outputs (indices, e.g. 33,36), e.g. a longer "
                              "profile's payoff; the others keep what is committed")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds a cell may take")
     parser.add_argument("--finish-bars-only", action="store_true",
                         help="do not run: only store the progress bars already there as finished")
     args = parser.parse_args()
@@ -157,7 +158,7 @@ def main() -> None:
         kept = None
         if not args.finish_bars_only:
             check_paired(path)
-            committed, notebook = notebook, execute(path, args.profile)
+            committed, notebook = notebook, execute(path, args.profile, args.timeout)
             stamp(notebook, args.profile)
             kept = keep_committed(notebook, committed, args.profile, args.cells)
         bars = finish_progress_bars(notebook)

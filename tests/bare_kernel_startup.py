@@ -5,10 +5,13 @@ Two things, before the notebook's first cell:
   (the repository, or its stand-in around the notebook's folder) but outside the notebook's own
   folder fails that cell with PermissionError, and is recorded in sys.source_tree_reads (a cell
   that catches the error is still caught by the last cell the test appends).
-- Once the notebook's setup() has run (jax is up by then), every Trainer.fit stops after
-  BARE_NOTEBOOK_STEPS steps: the profile's code paths, at a few steps each.
+- setup() returns the profile asked for (its name, so every branch a cell takes on it, and its
+  demo model) at the `ci` profile's sizes; once it has run (jax is up by then), every Trainer.fit
+  stops after BARE_NOTEBOOK_STEPS steps: the profile's code paths, at a few steps each, compiling
+  mostly the programs CI's own run of the notebooks compiles (the persistent cache shares them).
 """
 
+import dataclasses
 import os
 import sys
 
@@ -43,6 +46,10 @@ _setup = _course_setup.setup
 
 def _setup_then_cap_steps(*args, **kwargs):
     profile = _setup(*args, **kwargs)
+    ci = _course_setup.PROFILES["ci"]
+    data = profile.mesh_shape["data"]
+    profile = dataclasses.replace(profile, steps=ci.steps, batch=-(-ci.batch // data) * data, seq=ci.seq,
+                                  gen_tokens=ci.gen_tokens)
     from tunix_lite.training.trainer import Trainer
 
     fit = Trainer.fit

@@ -6,13 +6,15 @@ into a folder of its own and run top to bottom in a fresh venv that has the whee
 nothing of the checkout (tests/hosted_runtime.py). The folder around it stands in for the repository
 (links to its files), so a cell that reads ../configs, ../course or ../runs finds them, and fails:
 every file a cell opens or lists in the source tree outside its own folder raises PermissionError
-(an audit hook in the kernel, tests/bare_kernel_startup.py). The profiles' branches run as they do
-on Colab or Kaggle; every training run stops after STEPS steps, so the whole set costs minutes of
-CPU, not hours.
+(an audit hook in the kernel, tests/bare_kernel_startup.py). A profile's branches run as they do on
+Colab or Kaggle, and each table a cell looks up by the profile's name gives its row; the sizes the
+profile itself sets (steps, batch, sequence, generated tokens) are the `ci` profile's, and every
+training run stops after STEPS steps: minutes of CPU, not hours.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -34,9 +36,10 @@ EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 STEPS = 2  # training steps per fit: the code path, not the payoff
 WORKERS = 2  # notebooks at a time
 TIMEOUT = 600  # seconds per cell
-# never linked into the stand-in repository: the package (the wheel's copy must be the one used),
-# and what is not the source
-NOT_SOURCE = {"tunix_lite", ".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist"}
+# not linked into the stand-in repository: what is not the source (the package is: a cell that reads
+# ../tunix_lite/configs fails as one that reads ../course does, and the last cell checks that
+# tunix_lite itself came from the wheel)
+NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist"}
 
 
 # A cell that looks up the profile by name (a size per profile, a branch for one other than ci)
@@ -45,8 +48,8 @@ NAMED = re.compile(r'\[profile\.name\]|profile\.name\s*[!=]=\s*"(?!ci")')
 
 def profiles(path: Path) -> tuple[str, ...]:
     """The profiles a notebook is run under. On a CPU machine the tpu profile takes the cpu profile's
-    branches (those on the backend need a TPU) with its own sizes, so it runs where a cell looks up
-    the profile's name beyond ci: a table without a tpu row fails there."""
+    branches (those on the backend need a TPU), so it runs only where a cell looks up the profile's
+    name beyond ci: there its rows (data sizes, prompts, steps) differ."""
     cells = nbformat.read(path, as_version=4).cells
     named = any(NAMED.search(c.source) for c in cells if c.cell_type == "code")
     return ("cpu", "tpu") if named else ("cpu",)
@@ -119,14 +122,17 @@ def run_bare(bare: dict, notebook: nbformat.NotebookNode, name: str, profile: st
 
 
 @pytest.fixture(scope="module")
-def reports(bare) -> dict[tuple[str, str], dict]:
-    """Every run, WORKERS at a time; prints what each cost."""
-    def one(run):
-        path, profile = run
+def reports(bare, request) -> dict[tuple[str, str], dict]:
+    """Every selected run (all, or those `-k` picks), WORKERS at a time; prints what each cost."""
+    test = test_the_notebook_runs_from_the_wheel_in_an_empty_folder.__name__
+    selected = [item.callspec.params for item in request.session.items if item.originalname == test]
+
+    def one(params):
+        path, profile = params["path"], params["profile"]
         return (path.name, profile), run_bare(bare, nbformat.read(path, as_version=4), path.name, profile)
 
     with ThreadPoolExecutor(WORKERS) as pool:
-        found = dict(pool.map(one, _runs()))
+        found = dict(pool.map(one, selected))
     for (name, profile), report in found.items():
         print(f"{name} [{profile}]: {report.get('seconds')} s, {report.get('cpu_seconds')} CPU s, "
               f"{'ok' if report['ok'] else 'FAILED'}")
@@ -142,6 +148,27 @@ def test_the_notebook_runs_from_the_wheel_in_an_empty_folder(reports, path, prof
     assert report["ok"], f"{path.name} under the {profile} profile, from the wheel:\n{report['error']}"
 
 
+def test_every_table_a_notebook_looks_up_by_profile_has_a_row_for_each_profile():
+    """`{"ci": ..., "cpu": ..., "tpu": ...}[profile.name]` without a row for a profile stops that
+    profile's run with a KeyError; a run under every profile would find it, this finds it at once."""
+    from tunix_lite.course.setup import PROFILES
+
+    missing = []
+    for path in [*LESSONS, *EXERCISES]:
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type != "code":
+                continue
+            code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                             for line in cell.source.splitlines())
+            for node in ast.walk(ast.parse(code)):
+                if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
+                        and ast.unparse(node.slice) == "profile.name"):
+                    keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+                    if keys != set(PROFILES):
+                        missing.append(f"{path.name} cell {index}: {sorted(keys)}")
+    assert not missing, f"tables without a row for each of {sorted(PROFILES)}: {missing}"
+
+
 @pytest.mark.slow
 def test_a_cell_that_reads_the_source_tree_fails_even_where_it_checks_first(bare):
     """A cell that looks before it reads (`if path.is_file()`) passes in an empty folder without
@@ -153,3 +180,15 @@ def test_a_cell_that_reads_the_source_tree_fails_even_where_it_checks_first(bare
     report = run_bare(bare, notebook, "reads_the_source_tree.ipynb", "cpu")
     assert not report["ok"]
     assert "PermissionError: a cell reads '../README.md', a file of the source tree" in report["error"]
+
+
+@pytest.mark.slow
+def test_a_shipped_pipeline_is_checked_by_name_from_the_wheel_in_an_empty_folder(bare, tmp_path):
+    """What a Kaggle session runs first: the config by its name, no repository anywhere."""
+    empty = bare["repository"] / "empty"
+    empty.mkdir()
+    run = subprocess.run([bare["python"].parent / "tunix-lite", "run", "capstone_gemma3_270m_tpu", "--check"],
+                         capture_output=True, text=True, cwd=empty, env=bare["env"], timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "capstone_gemma3_270m_tpu: 3 stages into runs/capstone_gemma3_270m_tpu" in run.stdout
+    assert "devices: " in run.stdout and not list(empty.iterdir())  # a check writes nothing
