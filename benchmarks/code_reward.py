@@ -1,6 +1,6 @@
 """What sandboxed code rewards cost an RL step: GRPO with a code reward, sandboxed and not.
 
-    python benchmarks/code_reward.py             # configs/grpo_tiny.yaml's shape on the tiny model
+    python benchmarks/code_reward.py             # tunix_lite/configs/grpo_tiny.yaml's shape on the tiny model
     python benchmarks/code_reward.py --smoke     # 2 steps of 2 x 4 completions: the code paths only
 
 The same GRPO run two ways, differing only in how each completion's program is graded against its

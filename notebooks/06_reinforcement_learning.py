@@ -314,17 +314,18 @@ for mode in losses.AGGREGATIONS:
 # The built-in rollout engine is the KV-cache sampler (phase 2) on the trainer's own model: one prefill per prompt,
 # G samples of each, prompts left-padded to one length so the sampler compiles **once** per run. `sample_groups`
 # samples, decodes, and calls every reward function. The `cpu` profile starts from the **SFT-tuned** tiny model (the
-# output of `configs/sft_tiny.yaml`, trained here if it is not on disk); `ci` starts from the pretrained one.
+# output of `tunix_lite/configs/sft_tiny.yaml`, trained here if it is not on disk); `ci` starts from the pretrained one.
 
 # %%
 if S["start"] == "tiny":
     start = "tiny"
-else:  # the SFT stage: reuse runs/sft_tiny/model if `tunix-lite train --config configs/sft_tiny.yaml` made it
-    saved = pathlib.Path("../runs/sft_tiny/model")
+else:  # the SFT stage: reuse runs/sft_tiny/model if `tunix-lite train --config sft_tiny` ran in this folder
+    saved = pathlib.Path("runs/sft_tiny/model")
     if not saved.is_dir():
+        from tunix_lite import configs
         from tunix_lite.training.sft import SFTConfig, run_sft
 
-        run_sft(SFTConfig.from_yaml("../configs/sft_tiny.yaml", output_dir=str(saved.parent)))
+        run_sft(SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=str(saved.parent)))
     start = str(saved)
 model, tokenizer = tunix_lite.load(start)
 prompts = Prompts.build(splits["train"], tokenizer, max_tokens=S["seq_len"] + 1 - S["max_new_tokens"], drop_long=True)
@@ -414,7 +415,7 @@ for lam in (1.0, 0.95, 0.0):
 #
 # ## 9. Results on held-out prompts (the `cpu` recipe)
 #
-# Every run below starts from the same SFT model and runs `configs/grpo_tiny.yaml` with the changes listed: 150-250
+# Every run below starts from the same SFT model and runs `tunix_lite/configs/grpo_tiny.yaml` with the changes listed: 150-250
 # steps each, a few minutes on a laptop CPU. The table is exact match of greedy answers on the held-out test split
 # (274 prompts, never trained on), with 95% intervals.
 #
@@ -428,23 +429,22 @@ for lam in (1.0, 0.95, 0.0):
 # in about half of the groups all eight samples score the same, so they carry no signal (section 3), and the rest
 # is mostly luck. The next two sections move to a real model and to real tasks, where there is room. The whole
 # investigation (diagnosis, focused runs, a stronger SFT model first) is in
-# [course/results/06_rl.md](../course/results/06_rl.md).
+# [tunix_lite/course/results/06_rl.md](../tunix_lite/course/results/06_rl.md).
 #
 
 # %%
-results = pathlib.Path("../course/results/06_rl.md")
-if results.is_file():  # in a clone of the repository
-    from IPython.display import Image, Markdown
+from IPython.display import Image, Markdown
 
-    display(Markdown(results.read_text().partition("<!-- below: written by")[2].partition("\n")[2]))
-    display(Image(str(results.with_suffix(".png"))))
-else:
-    print("the table and figure are in the course repository: course/results/06_rl.md and .png")
+from tunix_lite.course import results  # the measured runs, shipped with the package
+
+table = results.path("06_rl.md").read_text(encoding="utf-8")
+display(Markdown(table.partition("<!-- below: written by")[2].partition("\n")[2]))
+display(Image(str(results.path("06_rl.png"))))
 
 # %% [markdown]
 # ### The same algorithms on a real model: Gemma 3 270M with LoRA, on a CPU
 #
-# `tunix-lite run configs/grpo_gemma3_270m.yaml` (about 45 minutes on 2 CPU cores). Base Gemma 3 270M is not
+# `tunix-lite run grpo_gemma3_270m` (about 45 minutes on 2 CPU cores). Base Gemma 3 270M is not
 # instruction-tuned and scores 0 on every reward, so RL from it would have no signal: 30 LoRA SFT steps teach the
 # answer tag first. Then GRPO, Dr. GRPO, RLOO and PPO each start from that SFT model and train 30 steps of 4 prompts
 # x 4 completions on `compare` and `count`.
@@ -454,14 +454,8 @@ else:
 # training reward?
 
 # %%
-gemma_results = pathlib.Path("../course/results/06_rl_gemma.md")
-if gemma_results.is_file():  # in a clone of the repository
-    from IPython.display import Image, Markdown
-
-    display(Markdown(gemma_results.read_text()))
-    display(Image(str(gemma_results.with_suffix(".png"))))
-else:
-    print("the Gemma runs' tables and figure are in the course repository: course/results/06_rl_gemma.md and .png")
+display(Markdown(results.path("06_rl_gemma.md").read_text(encoding="utf-8")))
+display(Image(str(results.path("06_rl_gemma.png"))))
 
 # %% [markdown]
 # Format moved first: a group whose samples differ only in where they stop gives the stopping ones the higher
@@ -490,14 +484,8 @@ else:
 #
 
 # %%
-real_tasks = pathlib.Path("../course/results/06_rl_reasoning_gym.md")
-if real_tasks.is_file():  # in a clone of the repository
-    from IPython.display import Markdown
-
-    # the TRL comparison comes later, after its own question
-    display(Markdown(real_tasks.read_text().partition("\n## TRL beside us")[0]))
-else:
-    print("the table is in the course repository: course/results/06_rl_reasoning_gym.md")
+real_tasks = results.path("06_rl_reasoning_gym.md").read_text(encoding="utf-8")
+display(Markdown(real_tasks.partition("\n## TRL beside us")[0]))  # TRL's part comes after its own question
 
 # %% [markdown]
 # Always answering "1" scores 0.62 on `letter_counting`: the greedy answers are the commonest answer, and 8
@@ -521,18 +509,14 @@ else:
 #
 
 # %%
-curves = pathlib.Path("../course/results/06_rl_reasoning_gym.png")
-if curves.is_file():
-    from IPython.display import Image
-
-    display(Image(str(curves)))
+display(Image(str(results.path("06_rl_reasoning_gym.png"))))
 
 # %% [markdown]
 # Dr. GRPO keeps the most (0.35 nats a token over its last 10 steps, against 0.28 for GRPO). One reading: in a
 # group where one sample of eight is right, GRPO divides by a small spread and gives that sample a large push
 # (2.5 against 0.9 without the division), so the policy narrows faster onto it. One run of each cannot tell that
 # from chance; the held-out accuracies, which can, do not differ. The notes under the table in
-# `course/results/06_rl_reasoning_gym.md` have the commands; `configs/grpo_reasoning_gym_gemma3_270m.yaml` runs
+# `tunix_lite/course/results/06_rl_reasoning_gym.md` have the commands; `tunix_lite/configs/grpo_reasoning_gym_gemma3_270m.yaml` runs
 # all three, and the trained adapters are in `course/results/rl_models/`, ready for `tunix-lite eval --model`.
 #
 
@@ -550,9 +534,8 @@ if curves.is_file():
 #
 
 # %%
-if real_tasks.is_file():
-    trl_part = real_tasks.read_text().partition("\n## TRL beside us")[2].partition("\n## Notes")[0]
-    display(Markdown("## TRL beside us" + trl_part))
+trl_part = real_tasks.partition("\n## TRL beside us")[2].partition("\n## Notes")[0]
+display(Markdown("## TRL beside us" + trl_part))
 
 # %% [markdown]
 # Same algorithm, same result: step by step the two training rewards differ by −0.003 ± 0.012 (correlation
@@ -575,8 +558,9 @@ if real_tasks.is_file():
 # The policy optimises the reward you wrote, not the one you meant. The `format_only` run above is GRPO rewarded for
 # the answer tag alone. The SFT model already tags its answers, so almost every group's rewards are all equal, the
 # advantages are zero and the policy gradient vanishes; the training reward reads a perfect 1.0 from the first step.
-# Yet held-out exact match still moved, from 0.52 to 0.47: what is left is the KL term and Adam, which rescales even
-# tiny gradients to steps of the learning rate's size. A reward that can be satisfied without the task teaches
+# Yet the weights still moved, and held-out exact match with them, from 0.52 to 0.50 (inside its interval, so a
+# drift, not a measured loss): what is left is the KL term and Adam, which rescales even tiny gradients to steps of
+# the learning rate's size. A reward that can be satisfied without the task teaches
 # nothing about the task, and a run that looks perfect on its training reward can still drift. The fix: reward what
 # you want (exact match), keep format as a small shaping term, and judge a run by held-out accuracy, KL and length,
 # never by its training reward alone. A learned reward model (phase 5, `RewardFunction`) is easier to hack still: its
@@ -604,11 +588,11 @@ for name in ("generate", "sync_weights"):
 # ## 12. The same run from the command line
 #
 # ```bash
-# tunix-lite train --config configs/sft_tiny.yaml     # stage 1: writes runs/sft_tiny/model
-# tunix-lite train --config configs/grpo_tiny.yaml    # stage 2: GRPO from it; curves.png beside the model
+# tunix-lite train --config sft_tiny     # stage 1: writes runs/sft_tiny/model
+# tunix-lite train --config grpo_tiny    # stage 2: GRPO from it; curves.png beside the model
 # ```
 #
-# Every key is in [configs/README.md](../configs/README.md): `advantage` (grpo, drgrpo, rloo), `aggregation`,
+# Every key is in [tunix_lite/configs/README.md](../tunix_lite/configs/README.md): `advantage` (grpo, drgrpo, rloo), `aggregation`,
 # `epsilon_low` / `epsilon_high`, `ratio_level: sequence` (GSPO), `beta`, `kl_estimator`, `inner_iterations`,
 # `mini_batches`, `dynamic_sampling`, `overlong_buffer`, `rewards` and `reward_weights`; `algorithm: ppo` adds
 # `gamma`, `lam`, `value_coef`, `value_clip`.
@@ -617,11 +601,9 @@ for name in ("generate", "sync_weights"):
 # NBVAL_CHECK_OUTPUT
 from tunix_lite.training.algorithms import load_config
 
-path = pathlib.Path("../configs/grpo_tiny.yaml")
-if path.is_file():  # in a clone
-    config = load_config(path)
-    print({k: getattr(config, k) for k in ["algorithm", "model", "advantage", "aggregation", "group_size",
-                                            "batch_size", "max_new_tokens", "beta", "rewards", "steps"]})
+config = load_config("grpo_tiny")  # a config shipped with the package, by name (as `--config grpo_tiny`)
+print({k: getattr(config, k) for k in ["algorithm", "model", "advantage", "aggregation", "group_size",
+                                        "batch_size", "max_new_tokens", "beta", "rewards", "steps"]})
 
 # %% [markdown]
 # ## Recap

@@ -92,7 +92,7 @@ from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate
 # | attention transfer / feature matching | teacher attention maps / hidden states | the teacher online, a projection | the student should also *compute* like the teacher |
 #
 # The setting of this lesson: the teacher is the tiny model fine-tuned on the synthetic tasks (phase 3's
-# `configs/sft_tiny.yaml`), the student a 2-layer cut of it. Both share one tokenizer, which logit distillation
+# `tunix_lite/configs/sft_tiny.yaml`), the student a 2-layer cut of it. Both share one tokenizer, which logit distillation
 # requires: two distributions over ids compare only if every id means the same thing.
 
 # %%
@@ -102,7 +102,7 @@ splits = make_splits({"ci": 400, "cpu": 2000, "tpu": 2000}[profile.name], 64, 28
 print({name: len(split) for name, split in splits.items()})
 
 # %%
-TEACHER_DIR = pathlib.Path("../runs/sft_tiny/model")  # written by `tunix-lite train --config configs/sft_tiny.yaml`
+TEACHER_DIR = pathlib.Path("runs/sft_tiny/model")  # `tunix-lite train --config sft_tiny`, run in this folder
 if profile.name != "ci" and TEACHER_DIR.is_dir():
     teacher, tokenizer = tunix_lite.load(TEACHER_DIR)
     print(f"teacher: {TEACHER_DIR}")
@@ -494,14 +494,15 @@ print("the student's sample, the tokens the teacher will score:", repr(tokenizer
 # %%
 from tunix_lite.course.results import show
 
-show("07_distill", "nice -n 10 python course/results/scripts/distill_gap.py --table course/results/07_distill.md")
+show("07_distill", "nice -n 10 python course/results/scripts/distill_gap.py --table tunix_lite/course/results/07_distill.md")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 from tunix_lite.distill.distill import DistillConfig, run_distill
 
-path = pathlib.Path("../configs/distill_tiny.yaml")  # in a clone; elsewhere the same values below
-config = DistillConfig.from_yaml(path) if path.is_file() else DistillConfig(**{})
+from tunix_lite import configs
+
+config = DistillConfig.from_yaml(configs.path("distill_tiny"))  # shipped with the package
 print({k: getattr(config, k) for k in ["model", "student_layers", "teacher", "alpha", "temperature", "steps",
                                         "batch_size", "learning_rate", "top_k"]})
 

@@ -78,7 +78,7 @@ from tunix_lite.evaluation import pass_at_k, plot_scaling, plot_stages, scaling_
 #
 # `tunix-lite run FILE.yaml` runs such a recipe. Its file is one mapping: the base `model`, the `data`, `defaults`
 # every stage shares, the `stages` (each a config of a registered algorithm, the same keys as
-# `tunix-lite train`), the held-out `evaluation` after every stage, and the `export`. `configs/capstone_tiny.yaml`
+# `tunix-lite train`), the held-out `evaluation` after every stage, and the `export`. `tunix_lite/configs/capstone_tiny.yaml`
 # holds the values below at CI size; the `ci` profile shrinks them further.
 
 # %%
@@ -356,18 +356,18 @@ print("reference:", problem["answer"])
 # %%
 from tunix_lite.course.results import show
 
-show("09_capstone", "tunix-lite run configs/capstone_tiny.yaml && tunix-lite run configs/agent_tiny.yaml")
-show("09_capstone_gemma", "tunix-lite run configs/capstone_gemma3_270m.yaml")
+show("09_capstone", "tunix-lite run capstone_tiny && tunix-lite run agent_tiny")
+show("09_capstone_gemma", "tunix-lite run capstone_gemma3_270m")
 
 # %% [markdown]
 # ## 10. Start your own project
 #
-# 1. Fork the repository; copy `configs/capstone_tiny.yaml` (or the Gemma 3 270M one).
+# 1. Fork the repository; copy `tunix_lite/configs/capstone_tiny.yaml` (or the Gemma 3 270M one).
 # 2. Point `data:` at your files: `prompt`, `completion` (SFT), `chosen`/`rejected` (DPO), `answer` (rewards
 #    and evaluation), `domain` (optional, per-domain accuracy).
 # 3. Name your reward functions in the GRPO stage (TRL's convention); run untrusted checks through
 #    `verifier_reward`.
-# 4. On a Kaggle TPU: `tunix-lite run configs/capstone_gemma3_270m_tpu.yaml --max-minutes 500`, rerun each session.
+# 4. On a Kaggle TPU: `tunix-lite run capstone_gemma3_270m_tpu --max-minutes 500`, rerun each session.
 # 5. Submit `export/hf`.
 #
 # ## Recap

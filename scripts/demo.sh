@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/tunix-lite ] || ! .venv/bin/python -c "import datasets, orba
 fi
 .venv/bin/tunix-lite info
 rm -rf runs/sft_tiny  # a fresh run each time (the same folder would resume from its checkpoints)
-.venv/bin/tunix-lite train --config configs/sft_tiny.yaml --output-dir runs/sft_tiny
+.venv/bin/tunix-lite train --config sft_tiny --output-dir runs/sft_tiny
 .venv/bin/tunix-lite generate --model runs/sft_tiny/model --chat --max-new-tokens 48 \
   --prompt "Which is smaller, 189 or 995?" \
   --prompt "How many times does the letter p appear in pen?" \

@@ -5,6 +5,7 @@ checked as the file's values are, recorded in the run's saved config; a bad one 
 import pytest
 import yaml
 
+from tunix_lite import configs
 from tunix_lite.cli import main
 
 TINY_SFT = """\
@@ -22,7 +23,7 @@ eval_every: 0
 n_accuracy: 0
 log_every: 1
 """
-CAPSTONE = "configs/capstone_tiny.yaml"
+CAPSTONE = "capstone_tiny"  # a shipped config, by name
 
 
 @pytest.fixture
@@ -131,5 +132,5 @@ def test_a_pipelines_settings_are_saved_in_its_pipeline_yaml(tmp_path, monkeypat
         pipelines.run_pipeline(loaded, verbose=False)
     saved = yaml.safe_load((tmp_path / "run" / "pipeline.yaml").read_text())
     assert saved["stages"][2]["steps"] == 50 and saved["output_dir"] == str(tmp_path / "run")
-    with open(CAPSTONE) as file:
+    with open(configs.path(CAPSTONE)) as file:
         assert yaml.safe_load(file)["stages"][2]["steps"] == 60  # the file itself is untouched

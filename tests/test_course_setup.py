@@ -89,6 +89,20 @@ def test_unmet_requirements_checks_versions_and_follows_extras(monkeypatch):
     assert unmet_requirements([], REQUIRES) == {"jax": "0.4.33 installed, need <0.13,>=0.10.2"}
 
 
+def test_setup_can_install_every_extra_a_notebook_or_a_config_needs():
+    """setup(extras=[...]) knows every optional extra of pyproject.toml (tasks for reasoning-gym data
+    and the math reward, gemma for the weights, the trackers, hub), each by a module it installs."""
+    import tomllib
+    from pathlib import Path
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    chosen_elsewhere = {"test", "all", "tpu", "cuda"}  # CI's own, the laptop's all, hosted_extras' jax
+    assert set(course_setup.EXTRAS) == set(extras) - chosen_elsewhere
+    with pytest.raises(ValueError, match="unknown extras \\['task'\\]"):
+        course_setup.setup(extras=["task"])
+
+
 def test_hosted_install_keeps_an_accelerator_jax_in_range():
     assert hosted_extras(["gemma"], "tpu", unmet=[]) == ["hosted", "gemma"]  # the runtime's TPU jax stays
     assert hosted_extras([], "tpu", unmet=["jax"]) == ["hosted", "tpu"]  # out of range: jax[tpu], not CPU jax

@@ -6,30 +6,34 @@ checkout) without trying PyPI or GitHub, and setup() must return a profile; with
 must stop with one line, no traceback. The released cell, generated with RELEASED True, must give
 one line per failed route.
 
-The fresh venv has no packages of its own: a .pth adds this environment's site-packages (pip, jax and
-the rest; tunix_lite filtered out), which play a hosted runtime's preinstalled packages, so nothing is
-downloaded and the only tunix_lite the cell can find is the one it installs.
+The fresh venv has no packages of its own (tests/hosted_runtime.py): this environment's site-packages
+play a hosted runtime's preinstalled packages, so nothing is downloaded and the only tunix_lite the
+cell can find is the one it installs.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import importlib.metadata
 import json
-import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
-import venv
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
+from hosted_runtime import ROOT, build_wheel, farm, offline_env, runtime
 from tunix_lite import course
 from tunix_lite.course.notebook import read, source
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_core_concepts_jax_nnx.ipynb"
-UNREACHABLE = "http://127.0.0.1:9/simple"  # connection refused at once: PyPI "offline"
 
 REPORT = """
 import importlib.metadata, json, tunix_lite
@@ -41,49 +45,15 @@ print("REPORT " + json.dumps({
 """
 
 
-def _offline_env(home: Path, **extra) -> dict[str, str]:
-    # VIRTUAL_ENV too: IPython would add this environment's site-packages (and its tunix_lite)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PIP_", "PYTHON", "XLA_", "COLAB_", "KAGGLE_", "TPU_", "CI", "TUNIX_LITE_",
-                                "VIRTUAL_ENV"))}
-    return env | {"HOME": str(home), "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": UNREACHABLE,
-                  "PIP_DISABLE_PIP_VERSION_CHECK": "1", "GIT_ALLOW_PROTOCOL": "file",  # git refuses https
-                  "GIT_TERMINAL_PROMPT": "0", "JAX_PLATFORMS": "cpu", "TUNIX_LITE_PROFILE": "ci"} | extra
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The documented build (course.WHEEL_BUILD) of a copy of the checkout, without build isolation
-    (no download of setuptools)."""
-    src = tmp_path_factory.mktemp("src")
-    shutil.copytree(ROOT / "tunix_lite", src / "tunix_lite", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    subprocess.run([sys.executable, "-m", *course.WHEEL_BUILD.split(), "--no-build-isolation", "-q"],
-                   cwd=src, check=True, env=_offline_env(src), timeout=120)
-    (whl,) = (src / "dist").glob(f"tunix_lite-{course.VERSION}-py3-none-any.whl")
-    return whl
+    return build_wheel(tmp_path_factory.mktemp("src"))
 
 
 @pytest.fixture(scope="module")
 def preinstalled(tmp_path_factory) -> Path:
-    """This environment's site-packages minus tunix_lite, as symlinks: the runtime's preinstalled packages."""
-    farm = tmp_path_factory.mktemp("preinstalled")
-    for here in {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}:
-        for entry in here.iterdir():
-            if "tunix_lite" not in entry.name.replace("-", "_") and not (farm / entry.name).exists():
-                (farm / entry.name).symlink_to(entry)
-    return farm
-
-
-def _runtime(root: Path, preinstalled: Path) -> Path:
-    """A venv whose only packages are the preinstalled ones; returns its python."""
-    venv.create(root / "venv", with_pip=False)
-    python = root / "venv" / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "preinstalled.pth").write_text(f"import site; site.addsitedir({str(preinstalled)!r})\n")
-    return python
+    """This environment's site-packages minus tunix_lite: the runtime's preinstalled packages."""
+    return farm(tmp_path_factory.mktemp("preinstalled"))
 
 
 def _setup_cell(tmp_path: Path, released: bool = False) -> str:
@@ -96,6 +66,11 @@ def _setup_cell(tmp_path: Path, released: bool = False) -> str:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(course, "RELEASED", True)
             cell = "\n".join([*course.setup_cell().splitlines()[:-1], profile_line])
+    return _moved(cell, tmp_path)
+
+
+def _moved(cell: str, tmp_path: Path) -> str:
+    """A setup cell whose /kaggle and /content are under tmp_path."""
     for top in ("/kaggle/", "/content/"):
         assert f"'{top}" in cell
         cell = cell.replace(f"'{top}", f"'{tmp_path}{top}")
@@ -112,9 +87,9 @@ def _run(cell: str, tmp_path: Path, preinstalled: Path, **env) -> subprocess.Com
     work = tmp_path / "working"  # not a clone: no tunix_lite/ beside it
     work.mkdir()
     (tmp_path / "cell.py").write_text(cell)
-    return subprocess.run([_runtime(tmp_path, preinstalled), "-c", IN_IPYTHON, tmp_path / "cell.py"],
+    return subprocess.run([runtime(tmp_path, preinstalled), "-c", IN_IPYTHON, tmp_path / "cell.py"],
                           cwd=work, capture_output=True, text=True, timeout=240,
-                          env=_offline_env(tmp_path, **env))
+                          env=offline_env(tmp_path, **env))
 
 
 def _attach(tmp_path: Path, file: Path, upload: str) -> Path:
@@ -165,3 +140,101 @@ def test_released_setup_cell_gives_one_line_per_failed_route(tmp_path, preinstal
     assert lines[0].endswith("; trying PyPI next") and lines[1].endswith("; trying GitHub next")
     monkeypatch.setattr(course, "RELEASED", True)
     assert lines[2].endswith(f"; {course.wheel_instructions()}"), lines[2]  # the last says what to do
+
+
+# The wheelhouse test: the extras an offline hackathon session needs; the packages its runtime lacks
+# (real wheels, repacked from this environment); the rest stand in as empty wheels of the installed
+# versions, which the runtime already has (as Kaggle has jax, numpy, ...), so pip never installs them.
+WHEELHOUSE_EXTRAS = ("hosted", "gemma", "tasks")
+LACKING = ("math-verify", "latex2sympy2_extended")  # [tasks]' math-verify and what it needs
+
+
+def _write_wheel(folder: Path, name: str, version: str, files: dict[str, bytes], metadata: str) -> Path:
+    """A pure-Python wheel of `files` with this METADATA, and a RECORD of their hashes."""
+    info = f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    files = files | {f"{info}/METADATA": metadata.encode(),
+                     f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+                                      b"Tag: py3-none-any\n"}
+    digest = {path: base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+              for path, data in files.items()}
+    files[f"{info}/RECORD"] = "".join([*(f"{path},sha256={digest[path]},{len(data)}\n"
+                                         for path, data in files.items()), f"{info}/RECORD,,\n"]).encode()
+    wheel = folder / f"{info.removesuffix('.dist-info')}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+def _repack(folder: Path, name: str) -> Path:
+    """The installed distribution `name` as the wheel it was installed from."""
+    dist = importlib.metadata.distribution(name)
+    files = {str(f): f.locate().read_bytes() for f in dist.files
+             if not str(f).startswith("..") and ".dist-info/" not in str(f) and f.suffix != ".pyc"}
+    return _write_wheel(folder, dist.metadata["Name"], dist.version, files, dist.read_text("METADATA"))
+
+
+def _requirements(extras: tuple[str, ...]) -> set[str]:
+    """The distribution names tunix-lite and these extras require (pyproject.toml; first level)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = [*project["dependencies"], *(r for e in extras for r in project["optional-dependencies"][e])]
+    return {Requirement(line).name for line in lines}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@pytest.fixture(scope="module")
+def package_index(tmp_path_factory) -> Path:
+    """What pip would download, offline: real wheels of LACKING, installed-version stand-ins of the rest
+    (every requirement of tunix-lite[hosted,gemma,tasks] and of the LACKING packages)."""
+    index = tmp_path_factory.mktemp("index")
+    needed = _requirements(WHEELHOUSE_EXTRAS) | {Requirement(r).name for name in LACKING
+                                                 for r in importlib.metadata.requires(name) or []
+                                                 if "extra ==" not in r}
+    for name in sorted(needed):
+        if _normal(name) in {_normal(n) for n in LACKING}:
+            _repack(index, name)
+        else:
+            version = importlib.metadata.version(name)
+            _write_wheel(index, name, version, {}, f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    for name in LACKING:
+        if not any(_normal(p.name).startswith(_normal(name) + "-") for p in index.iterdir()):
+            _repack(index, name)
+    return index
+
+
+def test_the_wheelhouse_command_collects_the_wheel_and_every_dependency_and_installs_offline(
+        tmp_path, package_index):
+    """course.WHEELHOUSE_BUILD, run in a checkout, writes tunix-lite's wheel and one wheel per
+    requirement of [hosted,gemma,tasks]; attached to an offline Kaggle session (pip may not reach any
+    index), the setup cell of a notebook that needs [tasks] installs tunix-lite and what the runtime
+    lacks from it alone."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "tunix_lite", src / "tunix_lite", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    assert course.WHEELHOUSE_BUILD == 'pip wheel ".[hosted,gemma,tasks]" -w wheelhouse'
+    offline = ["--no-index", "--find-links", str(package_index), "--no-build-isolation", "-q"]
+    subprocess.run([sys.executable, "-m", *shlex.split(course.WHEELHOUSE_BUILD), *offline], cwd=src,
+                   check=True, env=offline_env(src), timeout=180)
+    wheelhouse = src / "wheelhouse"
+    names = {_normal(p.name.split("-")[0]) for p in wheelhouse.glob("*.whl")}
+    assert {_normal(n) for n in _requirements(WHEELHOUSE_EXTRAS)} | {"tunix_lite"} <= names, names
+
+    attached = tmp_path / "kaggle" / "input" / "wheelhouse"
+    shutil.copytree(wheelhouse, attached)
+    lacking = farm(tmp_path / "preinstalled", leave_out=tuple(_normal(n) for n in LACKING))
+    cell = _moved(course.setup_cell('extras=["gemma", "tasks"]'), tmp_path)
+    report = "\nimport math_verify; print('REPORT', math_verify.__file__)\n"
+    r = _run(cell + report, tmp_path, lacking, KAGGLE_KERNEL_RUN_TYPE="Batch", PIP_NO_INDEX="1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert f"installed tunix-lite from uploaded wheel: {attached}/tunix_lite-{course.VERSION}-py3-none-any.whl" \
+        in lines, r.stdout
+    installing = next(line for line in lines if line.startswith("installing "))
+    assert installing.startswith(f"installing tunix-lite[hosted,gemma,tasks]=={course.VERSION} for: math-verify "), \
+        installing
+    module = next(line for line in lines if line.startswith("REPORT ")).split()[1]
+    assert module.startswith(str(tmp_path / "venv")), module  # from the wheelhouse, into the runtime

@@ -1,7 +1,12 @@
-"""Committed notebook outputs show what a learner should see: no progress bar frozen at 0%."""
+"""Committed notebook outputs show what a learner should see: each made by its cell's current source
+(the stamp scripts/refresh_notebook.py records), no progress bar frozen at 0%."""
 
+import copy
 import importlib.util
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,55 @@ def test_no_committed_progress_bar_is_frozen(path):
     assert refresh.finish_progress_bars(notebook) == 0, (
         f"{path.name} stores tqdm bars frozen at 0%: python scripts/refresh_notebook.py {path} "
         "--finish-bars-only")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_every_committed_output_was_made_by_its_cells_source(path):
+    """Every cell with outputs, tagged or not: its stamp is the hash of the source it has now."""
+    stale = refresh.stale_outputs(json.loads(path.read_text()))
+    assert not stale, (f"{path.name}: {'; '.join(stale)}: refresh its outputs with "
+                       f"`python scripts/refresh_notebook.py notebooks/{path.name}`")
+
+
+def test_a_hand_edited_source_line_leaves_its_output_stale(tmp_path):
+    """The authoring route (course/AUTHORING.md): a line edited in the .py and synced into the .ipynb
+    without a refresh leaves that cell's output stamped with the old source; nothing else changes."""
+    name = "03_supervised_fine_tuning"
+    for suffix in (".py", ".ipynb"):
+        shutil.copy(ROOT / "notebooks" / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    shutil.copy(ROOT / "notebooks" / "jupytext.toml", tmp_path / "jupytext.toml")
+    notebook = json.loads((tmp_path / f"{name}.ipynb").read_text())
+    assert refresh.stale_outputs(notebook) == []
+    line = "print(f\"{len(ids)} tokens, {sum(mask)} trained on\")"
+    edited = next(i for i, c in enumerate(notebook["cells"]) if line in "".join(c["source"]))
+    assert notebook["cells"][edited]["outputs"]
+    source = (tmp_path / f"{name}.py").read_text()
+    (tmp_path / f"{name}.py").write_text(source.replace(line, line.replace("trained on", "trained")))
+    subprocess.run([sys.executable, "-m", "jupytext", "--sync", str(tmp_path / f"{name}.py")],
+                   check=True, capture_output=True, timeout=120)
+    synced = json.loads((tmp_path / f"{name}.ipynb").read_text())
+    assert refresh.stale_outputs(synced) == [f"cell {edited}: its output was made by another source"]
+
+
+def test_a_refresh_keeps_what_a_longer_profile_made_while_its_source_is_unchanged():
+    """`--profile cpu --cells N` stores a longer run's payoff in cell N; a later ci refresh keeps it
+    until that cell's source changes, and stores the rest."""
+    cells = [{"cell_type": "code", "source": f"print({i})", "metadata": {}, "outputs": [f"cpu {i}"]}
+             for i in range(3)]
+    committed = {"cells": cells}
+    refresh.stamp(committed, "cpu")
+    fresh = copy.deepcopy(committed)
+    fresh["cells"][1]["source"] = "print(10)"  # edited since the cpu run
+    for cell in fresh["cells"]:
+        cell["outputs"] = ["ci"]
+    refresh.stamp(fresh, "ci")
+    assert refresh.keep_committed(fresh, committed, "ci", cells=None) == 2
+    assert [c["outputs"] for c in fresh["cells"]] == [["cpu 0"], ["ci"], ["cpu 2"]]
+    assert [refresh.stamp_of(c)[refresh.PROFILE] for c in fresh["cells"]] == ["cpu", "ci", "cpu"]
+    assert refresh.stale_outputs(fresh) == []
+    only_first = copy.deepcopy(fresh)
+    refresh.stamp(only_first, "tpu")
+    assert refresh.keep_committed(only_first, fresh, "tpu", cells={0}) == 2
 
 
 def test_refresh_refuses_a_notebook_its_py_pair_no_longer_makes(tmp_path):

@@ -14,9 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "course" / "results" / "scripts").glob("*.py"))
 # where commands that made a result are written down
+SHOWN = ROOT / "tunix_lite" / "course" / "results"  # the results the notebooks display
 DOCUMENTS = sorted([*(ROOT / "course").rglob("*.md"), *(ROOT / "course" / "results").rglob("*.json"),
-                    *(ROOT / "notebooks").glob("*.py"), *(ROOT / "configs").glob("*.yaml"),
-                    ROOT / "README.md"])
+                    *SHOWN.glob("*.md"), *SHOWN.glob("*.json"), *(ROOT / "notebooks").glob("*.py"),
+                    *(ROOT / "tunix_lite" / "configs").glob("*.yaml"), ROOT / "README.md"])
 SCRIPT_PATH = re.compile(r"(?<![\w/.-])((?:course/results/)?scripts/\w+\.(?:py|sh))")
 
 

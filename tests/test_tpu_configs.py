@@ -2,15 +2,15 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tunix_lite import configs
 from tunix_lite.pipeline import unused_devices_warning
 from tunix_lite.sharding import STRATEGIES
 
-CONFIGS = Path(__file__).parent.parent / "configs"
+CONFIGS = configs.FOLDER
 TPU_CONFIGS = sorted(CONFIGS.glob("*_tpu.yaml"))
 EVERY_DEVICE = ("auto", *STRATEGIES)  # a strategy name spans every device; fixed axis sizes may not
 

@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("sft", "supervised fine-tuning (full, LoRA or QLoRA) from a YAML config")):
         train = sub.add_parser(name, help=text)
         train.add_argument("--config", required=True,
-                           help="YAML file of config keys, e.g. configs/sft_tiny.yaml")
+                           help="a YAML file of config keys, or the name of a config shipped "
+                                "with tunix_lite, e.g. sft_tiny (a wrong name lists them)")
         train.add_argument("--steps", type=int, default=None, help="override the config's steps")
         train.add_argument("--model", default=None, help="override the config's model")
         train.add_argument("--output-dir", default=None, help="override the config's output_dir")
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     pipe = sub.add_parser("run", help="a multi-stage pipeline (e.g. sft -> dpo -> grpo) from one "
                                       "YAML file, with held-out evaluation after each stage and "
                                       "an exported model")
-    pipe.add_argument("pipeline", help="pipeline YAML, e.g. configs/capstone_tiny.yaml")
+    pipe.add_argument("pipeline", help="a pipeline YAML file, or the name of one shipped with "
+                                       "tunix_lite, e.g. capstone_tiny (a wrong name lists them)")
     pipe.add_argument("--max-minutes", type=float, default=None,
                       help="this session's wall-clock budget: then checkpoint and exit; "
                            "rerun to continue")

@@ -23,6 +23,10 @@ TAG = f"v{VERSION}"
 # Where a learner's wheel lands: a Kaggle dataset attached to the notebook, or a Colab upload.
 WHEEL_GLOBS = ("/kaggle/input/**/tunix_lite-*.whl", "/content/tunix_lite-*.whl")
 WHEEL_BUILD = "pip wheel --no-deps -w dist ."  # writes dist/tunix_lite-{VERSION}-py3-none-any.whl
+# An offline Kaggle session (internet off): tunix_lite's wheel and the wheels of every dependency of
+# the extras a notebook or a hackathon run needs, in one folder to attach as a dataset. Run it in a
+# checkout on Linux with the session's Python version; setup() installs from the folder it lands in.
+WHEELHOUSE_BUILD = 'pip wheel ".[hosted,gemma,tasks]" -w wheelhouse'
 # Starts the line that stands in for the badges before a release; the stamp finds it by this prefix.
 OPEN_BY_UPLOAD = "**Colab / Kaggle:**"
 

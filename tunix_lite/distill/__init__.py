@@ -10,5 +10,5 @@ teach a student.
                   the batch)
     on_policy.py  on-policy distillation (GKD): the student samples, the teacher scores its samples
     distill.py    DistillConfig + run_distill
-                  (`tunix-lite train --config configs/distill_tiny.yaml`)
+                  (`tunix-lite train --config distill_tiny`)
 """

@@ -1,11 +1,11 @@
 """Knowledge distillation, end to end: a frozen teacher, a smaller student, one config.
 
-    config = DistillConfig.from_yaml("configs/distill_tiny.yaml")
+    config = DistillConfig.from_yaml("distill_tiny")
                                           # or DistillConfig(teacher=..., ...)
     result = run_distill(config)
     result.before, result.after           # the student's validation loss and accuracy
 
-`tunix-lite train --config configs/distill_tiny.yaml` runs the same function. The student is `model`
+`tunix-lite train --config distill_tiny` runs the same function. The student is `model`
 (optionally cut to `student_layers` of it, with LoRA if `lora_rank`); the teacher is `teacher`,
 loaded once, in eval mode, and passed to every step as the trainer's `frozen` argument (online), or
 run once over the training set before training into a top-k cache that rides in the batches (`top_k`

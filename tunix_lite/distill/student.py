@@ -72,7 +72,8 @@ def prune_blocks(model: nnx.Module, loss_fn: Callable[[nnx.Module], float],
     block at a time and measuring again costs more and sees interactions: two blocks can each be
     spared, but not both. An evenly spaced cut (DistilBERT's every other layer) ignores that blocks
     differ.
-    Measured: course/results/07_distill.md, "... a student of the 4 teacher blocks it misses least".
+    Measured: tunix_lite/course/results/07_distill.md, "... a student of the 4 teacher blocks it
+    misses least".
     """
     kept = list(range(model.config.num_layers))
     if not 1 <= keep <= len(kept):

@@ -1,8 +1,8 @@
 """Multi-stage post-training from one YAML file: a base model through SFT, DPO and GRPO stages to a
 measured, exported model, resumable across sessions.
 
-    tunix-lite run configs/capstone_tiny.yaml [--max-minutes 500] [--check]
-    result = run_pipeline(load_pipeline("configs/capstone_tiny.yaml"))
+    tunix-lite run capstone_tiny [--max-minutes 500] [--check]
+    result = run_pipeline(load_pipeline("capstone_tiny"))
 
 The file (every key: the sections in tunix_lite/pipeline/spec.py):
 

@@ -1,7 +1,7 @@
 """Preference tuning end to end: one config in, a trained policy, its history and before/after
 scores out.
 
-    config = DPOConfig.from_yaml("configs/dpo_tiny.yaml")
+    config = DPOConfig.from_yaml("dpo_tiny")
                                           # loss_type: sigmoid, ipo, hinge, robust, dpop, orpo, ...
     result = run_dpo(config)
     result.before, result.after           # held-out pair metrics, greedy accuracy and answer flaws
@@ -228,8 +228,8 @@ def _check_model_path(config: DPOConfig) -> None:
     if ((name.startswith((".", "/", "~")) or name.count("/") > 1)
             and not Path(name).expanduser().is_dir()):
         raise ConfigError(f"model: {config.model} does not exist; train it first "
-                          "(configs/dpo_tiny.yaml starts from the output of "
-                          "`tunix-lite train --config configs/sft_tiny.yaml`) or choose another "
+                          "(tunix_lite/configs/dpo_tiny.yaml starts from the output of "
+                          "`tunix-lite train --config sft_tiny`) or choose another "
                           "model")
 
 

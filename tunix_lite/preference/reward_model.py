@@ -185,7 +185,7 @@ def check_reward_model(path: str | Path) -> Path:
         what = ("does not exist" if not path.exists()
                 else f"holds no reward model (no {HEAD_FILE} and config.json)")
         raise ValueError(f"{path} {what}; train one with "
-                         "`tunix-lite train --config configs/reward_model_tiny.yaml`, "
+                         "`tunix-lite train --config reward_model_tiny`, "
                          f"which writes output_dir/{REWARD_MODEL_DIR}")
     return path
 

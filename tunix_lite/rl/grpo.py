@@ -1,7 +1,7 @@
 """GRPO and its variants (Dr. GRPO, RLOO, DAPO's pieces, GSPO), end to end: one config in, a trained
 policy out.
 
-    config = GRPOConfig.from_yaml("configs/grpo_tiny.yaml")
+    config = GRPOConfig.from_yaml("grpo_tiny")
              # or GRPOConfig(model=..., steps=100, ...)
     result = run_grpo(config)
     result.before, result.after, result.history  # task scores; per-step reward, KL, length...

@@ -17,12 +17,12 @@ How this departs from PPO for language models as usually written (InstructGPT, a
 - the value head is a linear head on the policy's features instead of a second model (half the
   compute), and the value loss trains that head alone, where eq. 9 trains the shared trunk on both
   losses: a value gradient in a shared LoRA trunk made the policy collapse
-  (course/results/06_rl_gemma.md);
+  (tunix_lite/course/results/06_rl_gemma.md);
 - sequences are the episodes and tokens the actions; gamma defaults to 1 (no discount within a
   completion), and so does lambda (verl's defaults too; the PPO paper's 0.95 was tuned on control
   tasks that reward every step). With one reward at the end, lambda < 1 gives a token far from the
   end an advantage made mostly of the value head's guesses, which teach the policy to stop early
-  (course/results/06_rl.md, "GRPO, Dr. GRPO, RLOO, PPO").
+  (tunix_lite/course/results/06_rl.md, "GRPO, Dr. GRPO, RLOO, PPO").
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from tunix_lite import configs
 from tunix_lite.training.checked import ConfigError, apply_settings, read_yaml
 from tunix_lite.training.config import SHARED_PARTS
 
@@ -42,9 +43,10 @@ def config_class(algorithm: str):
 
 def load_config(path: str | Path, *, algorithm: str | None = None, settings: list[str] = (),
                 **overrides):
-    """The config in a YAML file (its `algorithm:` key picks the class, "sft" when absent), with the
+    """The config in a YAML file or a shipped config named so (tunix_lite.configs), with the
     command line's `--set KEY=VALUE` `settings` and then `overrides` applied; every value checked.
-    With `algorithm`, the file must be of that algorithm."""
+    Its `algorithm:` key picks the class ("sft" when absent); with `algorithm`, the file must be
+    of that algorithm."""
     values = apply_settings(read_yaml(path), settings)
     name = values.get("algorithm", "sft")
     if algorithm is not None and name != algorithm:
@@ -60,11 +62,12 @@ def run(config):
     return _entry(config.algorithm)[1](config)
 
 
-SCHEMA_FILE = Path("configs/README.md")
+SCHEMA_FILE = configs.FOLDER / "README.md"
 
 
 def schema_markdown() -> str:
-    """configs/README.md: every config key of every algorithm, generated from the config classes."""
+    """tunix_lite/configs/README.md: every config key of every algorithm, generated from the config
+    classes."""
     configs = [config_class(name) for name in ALGORITHMS]
     parts = []
     for part in SHARED_PARTS:
@@ -75,8 +78,9 @@ def schema_markdown() -> str:
            for c in configs]
     return "\n\n".join([
         "# Config files",
-        "Every `configs/*.yaml` is one flat mapping of the keys below, read by "
-        "`tunix-lite train --config FILE`; `algorithm:` picks the algorithm (default "
+        "Every config file is one flat mapping of the keys below, read by "
+        "`tunix-lite train --config FILE` (or `--config NAME` for a file of this folder, "
+        "shipped with the package: `--config sft_tiny`); `algorithm:` picks the algorithm (default "
         "`sft`). Values are checked before any compute: a wrong type, an out-of-range value or "
         "an unknown key stops the run with one line naming the key. \"on resume\" says what a "
         "rerun into the same `output_dir` may change: `same` (refused if changed; a file or "
@@ -88,7 +92,8 @@ def schema_markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write configs/README.md, the config schema")
+    parser = argparse.ArgumentParser(
+        description="write tunix_lite/configs/README.md, the config schema")
     parser.add_argument("--schema", action="store_true", help="write the schema file")
     parser.add_argument("--check", action="store_true", help="exit 1 if the schema file is stale")
     args = parser.parse_args(argv)

@@ -29,6 +29,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
+from tunix_lite import configs
+
 RESUME_RULES = ("same", "free", "grow")  # must not change | may change | may only grow
 
 
@@ -212,11 +214,9 @@ def _check_range(key: str, value, meta: dict) -> None:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A config file's mapping; one line naming the file when it is missing or not a YAML
-    mapping."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no config file at {path}")
+    """A config file's mapping (`path`: a file, or the name of a config shipped in
+    tunix_lite.configs); one line naming the file when it is missing or not a YAML mapping."""
+    path = configs.find(path)
     try:
         values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:

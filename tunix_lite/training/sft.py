@@ -1,7 +1,7 @@
 """Supervised fine-tuning, end to end: one config in, a trained model, its history and before/after
 scores out.
 
-    config = SFTConfig.from_yaml("configs/sft_tiny.yaml")
+    config = SFTConfig.from_yaml("sft_tiny")
                                           # or SFTConfig(model="tiny", steps=200, ...)
     result = run_sft(config)
     result.before, result.after           # validation loss and task accuracy

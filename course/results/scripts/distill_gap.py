@@ -1,6 +1,6 @@
 """How much of the teacher-student gap does distillation close? Held-out loss and exact match of three models.
 
-    python course/results/scripts/distill_gap.py --variants ce,kd,gkd --table course/results/07_distill.md   # the course's table
+    python course/results/scripts/distill_gap.py --variants ce,kd,gkd --table tunix_lite/course/results/07_distill.md   # the course's table
     python course/results/scripts/distill_gap.py --variants ce,kd --steps 50 --n-test 70
     python course/results/scripts/distill_gap.py --split validation --set gkd.temperature=1   # choose settings on validation
     python course/results/scripts/distill_gap.py --labels 250 --unlabelled 1000 --variants ce,kd,seqce,seqkd   # few labels
@@ -8,7 +8,7 @@
 
 Every student is the same cut of the teacher (blocks 0 and 5 by default; --set student_layers=[...] another, or
 --keep-blocks K the K blocks it misses least, `prune_blocks` on the validation split), trained with the same steps,
-batches and data (configs/distill_tiny.yaml); the variants differ only in the loss (the seq* ones also in the data):
+batches and data (tunix_lite/configs/distill_tiny.yaml); the variants differ only in the loss (the seq* ones also in the data):
 
     ce            alpha 0: plain fine-tuning on the data (no teacher)
     kd            the config: alpha * T^2 * KL + (1 - alpha) * CE, teacher online
@@ -156,7 +156,7 @@ def write_section(path: Path, heading: str, body: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default="configs/distill_tiny.yaml")
+    parser.add_argument("--config", default="distill_tiny")
     parser.add_argument("--variants", default="ce,kd,kd_attention,kd_feature")
     parser.add_argument("--steps", type=int, help="override the config's steps")
     parser.add_argument("--n-test", type=int, default=280, help="held-out rows drawn (40 per domain); each "
@@ -175,7 +175,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="config overrides key=value (every variant) or "
                         "variant.key=value (that variant only); YAML values")
     parser.add_argument("--table", type=Path, help="also write the table here (and the results beside it as .json), "
-                        "with the command that made it (the notebook shows course/results/07_distill.md)")
+                        "with the command that made it (the notebook shows tunix_lite/course/results/07_distill.md)")
     args = parser.parse_args()
 
     import yaml
@@ -285,7 +285,7 @@ def main() -> None:
             heading, key = "## Students on the teacher's own training set", None
         args.table.parent.mkdir(parents=True, exist_ok=True)
         write_section(args.table, heading, f"Reproduce: `{command}` (teacher: `tunix-lite train --config "
-                      f"configs/sft_tiny.yaml`).\n\n{len(test)} held-out {args.split} prompts, each once (the distinct "
+                      f"tunix_lite/configs/sft_tiny.yaml`).\n\n{len(test)} held-out {args.split} prompts, each once (the distinct "
                       f"prompts of {args.n_test} rows of `make_splits(..., seed={args.test_seed})`).\n\n"
                       + "\n".join(rows))
         saved = args.table.with_suffix(".json")

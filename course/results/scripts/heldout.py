@@ -13,7 +13,9 @@ import numpy as np
 from tunix_lite.evaluation import distinct_prompts, wilson
 
 ROOT = Path(__file__).resolve().parents[3]
-RESULTS = ROOT / "course" / "results"
+RESULTS = ROOT / "course" / "results"  # how the results were measured: run logs, records, adapters
+# what the lessons display (NAME.md + NAME.png), shipped with the package: tunix_lite.course.results
+SHOWN = ROOT / "tunix_lite" / "course" / "results"
 N_TEST = 420  # drawn per split; about 60 per domain before repeated prompts are removed
 MAX_NEW_TOKENS = 128  # the sort domain's worked answers need about 90 tokens
 

@@ -1,16 +1,16 @@
 """Held-out results of the preference recipes, as a markdown table (the numbers
 notebooks/05_preference_tuning shows). From the repository root:
 
-    python course/results/scripts/preference.py          # SFT -> DPO (configs/dpo_tiny.yaml) beside
-                                                         # ORPO (configs/orpo_tiny.yaml)
+    python course/results/scripts/preference.py          # SFT -> DPO (tunix_lite/configs/dpo_tiny.yaml) beside
+                                                         # ORPO (tunix_lite/configs/orpo_tiny.yaml)
     python course/results/scripts/preference.py --gemma  # LoRA-DPO of Gemma 3 270M
-                                                         # (configs/dpo_gemma3_270m.yaml): pair metrics
+                                                         # (tunix_lite/configs/dpo_gemma3_270m.yaml): pair metrics
                                                          # before/after, step time and peak memory
 
 Both runs are evaluated on the same held-out pairs (`preference_pairs(n, seed=2024, split="test")`:
 prompts no training split contains) against the model each run started from: the SFT model for DPO,
 the pretrained tiny model for ORPO. DPO needs the SFT stage first (`tunix-lite train --config
-configs/sft_tiny.yaml`). Rates carry a 95% Wilson interval. Choose a recipe on the validation split
+tunix_lite/configs/sft_tiny.yaml`). Rates carry a 95% Wilson interval. Choose a recipe on the validation split
 (`--split validation --set KEY=VALUE ...`), report it on the test split once.
 """
 
@@ -113,12 +113,12 @@ def tiny(args, save=lambda text, scores: None) -> tuple[str, dict]:
     from tunix_lite.training.algorithms import load_config
 
     if "dpo" in args.runs.split(",") and not Path(args.sft).is_dir():
-        sys.exit(f"{args.sft} does not exist: run `tunix-lite train --config configs/sft_tiny.yaml` first")
+        sys.exit(f"{args.sft} does not exist: run `tunix-lite train --config sft_tiny` first")
     test = preference_pairs(args.n_test, seed=2024, split=args.split)
     quiet = dict(output_dir=None, n_accuracy=0, eval_every=0) | ({"n_train": args.n_train} if args.n_train else {})
     settings = dict(overrides(args.set))
-    runs = {"dpo": ("configs/dpo_tiny.yaml", args.sft, "SFT model", "SFT → DPO"),
-            "orpo": ("configs/orpo_tiny.yaml", "tiny", "pretrained tiny", "tiny → ORPO")}
+    runs = {"dpo": ("dpo_tiny", args.sft, "SFT model", "SFT → DPO"),
+            "orpo": ("orpo_tiny", "tiny", "pretrained tiny", "tiny → ORPO")}
     scores, seconds, columns, steps, betas = {}, {}, {}, {}, {}
     for name in args.runs.split(","):
         config_file, start, before_name, after_name = runs[name]
@@ -140,7 +140,7 @@ def report(args, test, columns, scores, seconds, steps, betas, settings) -> str:
     text = table(columns, n=len(test))
     took = ", ".join(f"{seconds[n]:.0f} s ({n.upper()}, {steps[n]} steps)" for n in seconds)
     reproduce = (f"Reproduce: `nice -n 10 python course/results/scripts/preference.py "
-                 f"{shlex.join(sys.argv[1:])}` (after `tunix-lite train --config configs/sft_tiny.yaml`).")
+                 f"{shlex.join(sys.argv[1:])}` (after `tunix-lite train --config sft_tiny`).")
     prompts = len({p["prompt"] for p in test})
     note = (f"{args.n_test} held-out {args.split} pairs (`preference_pairs({args.n_test}, seed=2024, split="
             f"\"{args.split}\")`), greedy answers to their {prompts} distinct prompts, rates with 95% Wilson intervals "
@@ -167,7 +167,7 @@ def gemma(args) -> tuple[str, dict]:
                                             synthetic_pairs, trained_variables)
     from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate
 
-    config = load_config("configs/dpo_gemma3_270m.yaml", output_dir=None, **({"steps": args.steps} if args.steps else {}))
+    config = load_config("dpo_gemma3_270m", output_dir=None, **({"steps": args.steps} if args.steps else {}))
     model, tokenizer = build_model(config)
     reference = reference_policy(model)  # the base view: adapters off, no copy
     train, _ = load_data(config, synthetic_pairs)
@@ -225,7 +225,7 @@ def overrides(pairs: list[str]) -> list[tuple[str, object]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gemma", action="store_true", help="the Gemma 3 270M LoRA-DPO run instead of the tiny ones")
-    parser.add_argument("--sft", default="runs/sft_tiny/model", help="the SFT stage's model (configs/sft_tiny.yaml)")
+    parser.add_argument("--sft", default="runs/sft_tiny/model", help="the SFT stage's model (tunix_lite/configs/sft_tiny.yaml)")
     parser.add_argument("--n-test", type=int, default=None, help="held-out pairs (default 140; Gemma 32)")
     parser.add_argument("--steps", type=int, default=None, help="Gemma: override the config's steps")
     parser.add_argument("--runs", default="dpo,orpo", help="tiny: which recipes, in order (dpo, orpo)")

@@ -2,7 +2,7 @@
 and reward hacking with a format-only reward (the static results notebooks/06_reinforcement_learning
 shows). Each command, run from the repository root as `python course/results/scripts/rl.py ...`:
 
-    sft                    stage 1: configs/sft_tiny.yaml -> runs/sft_tiny/model
+    sft                    stage 1: tunix_lite/configs/sft_tiny.yaml -> runs/sft_tiny/model
     run grpo               one variant from it -> course/results/06_rl/grpo.json
     run ppo --steps 60     (variants: grpo drgrpo rloo ppo format_only)
     overfit                the sanity check: GRPO drives 4 prompts to exact match
@@ -11,10 +11,10 @@ shows). Each command, run from the repository root as `python course/results/scr
     test --name X          then score the chosen run once on the test split
     table                  all of them -> course/results/06_rl.{md,png} (the plot: the variants; the .md
                            keeps its hand-written part above MARKER)
-    gemma                  after `tunix-lite run configs/grpo_gemma3_270m.yaml`: its stages ->
+    gemma                  after `tunix-lite run grpo_gemma3_270m`: its stages ->
                            course/results/06_rl_gemma.{md,png}
 
-Every variant starts from the same SFT model and runs configs/grpo_tiny.yaml with one change (VARIANTS),
+Every variant starts from the same SFT model and runs tunix_lite/configs/grpo_tiny.yaml with one change (VARIANTS),
 so they differ only in what the variant names. Accuracy is exact match of greedy answers on the held-out
 test split of the synthetic tasks (heldout.py: never trained on, repeated prompts counted once, 95%
 Wilson intervals, a 128-token answer budget), before and after, per domain. Variants are independent
@@ -30,11 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-from heldout import (RESULTS, ROOT, accuracy, interval, samples, test_records, validation_records,
+from heldout import (RESULTS, ROOT, SHOWN, accuracy, interval, samples, test_records, validation_records,
                      verdicts)
 
 SFT = ROOT / "runs" / "sft_tiny" / "model"
-# name -> (algorithm, overrides of configs/grpo_tiny.yaml, what it shows)
+# name -> (algorithm, overrides of tunix_lite/configs/grpo_tiny.yaml, what it shows)
 VARIANTS = {
     "grpo": ("grpo", {}, "GRPO as published: (r - mean) / std, sequence-mean-token-mean, k3 KL"),
     "drgrpo": ("grpo", {"advantage": "drgrpo", "aggregation": "sequence-mean-token-sum-norm"},
@@ -208,7 +208,7 @@ def table(results: dict[str, dict]) -> str:
     n = sft["all"]["n"]
     lines = [f"Held-out test split, {n} prompts (exact match of greedy answers, 95% Wilson intervals; format = the "
              "share with one well-formed answer tag). Every variant starts from the same SFT model "
-             "(`configs/sft_tiny.yaml`) and runs `configs/grpo_tiny.yaml` with the changes listed.", "",
+             "(`tunix_lite/configs/sft_tiny.yaml`) and runs `tunix_lite/configs/grpo_tiny.yaml` with the changes listed.", "",
              "| run | steps | training s | test accuracy | format | change vs SFT, config changes |", "|---|---:|---:|---|---:|---|",
              f"| SFT model (start) | | | {interval(sft['all'])} | {sft['format']:.2f} | |"]
     for name, r in results.items():
@@ -336,8 +336,8 @@ def main() -> int:
                   f"{v['signal_groups']:14.2f} {v['sample_format']:7.2f}")
     elif args.what == "gemma":
         text, histories = gemma_tables(args.run)
-        write_below(RESULTS / "06_rl_gemma.md", GEMMA_MARKER, text)  # above it: how it was run, what it shows
-        plot(histories, RESULTS / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
+        write_below(SHOWN / "06_rl_gemma.md", GEMMA_MARKER, text)  # above it: how it was run, what it shows
+        plot(histories, SHOWN / "06_rl_gemma.png", ("reward/exact_match", "reward/format", "length"), smooth=5)
         print(text)
     elif args.what == "overfit":
         print("rollout exact match per step:", overfit(args.steps or 30))
@@ -361,8 +361,8 @@ def main() -> int:
         variants = [k for k in VARIANTS if k in found]  # first, in VARIANTS' order; then the settings tried
         results = {k: found[k] for k in variants + sorted(set(found) - set(variants))}
         text = table(results)
-        write_below(RESULTS / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
-        plot({k: found[k] for k in variants} or results, RESULTS / "06_rl.png", smooth=10)  # the variants side by side
+        write_below(SHOWN / "06_rl.md", MARKER, text)  # above it: the status, runs without a JSON
+        plot({k: found[k] for k in variants} or results, SHOWN / "06_rl.png", smooth=10)  # the variants side by side
         print(text)
     return 0
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heldout import RESULTS
+from heldout import RESULTS, SHOWN
 
 from tunix_lite.evaluation import paired_difference
 
@@ -172,7 +172,7 @@ def curves_section(tests: dict[str, dict[str, dict]]) -> list[str]:
         cells = " | ".join(_mean_ci([r["reward"] for r in rows[a:b]]) for a, b in blocks)
         score = _ci(held_out[name]) if name in held_out else "not scored"
         lines.append(f"| {name} | {cells} | {score} |")
-    plot(curves, RESULTS / "06_rl_reasoning_gym.png")
+    plot(curves, SHOWN / "06_rl_reasoning_gym.png")
     return ["## The runs side by side: training reward and held-out accuracy", "",
             f"Sampled training reward (mean over the steps of each block, 64 completions a step, "
             f"± a normal 95% interval over the block's steps) and greedy accuracy of the same "
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
         parts += ["", test_table(reports), ""]
         parts += [f"- {name}: `{r['command']}`" for name, r in reports.items()] + [""]
     parts += curves_section(tests)
-    path = RESULTS / "06_rl_reasoning_gym.md"
+    path = SHOWN / "06_rl_reasoning_gym.md"
     # the notes are written by hand: kept
     notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
     path.write_text("\n".join(parts) + (f"\n## Notes{notes}" if notes else ""))

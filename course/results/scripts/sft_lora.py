@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from heldout import MAX_NEW_TOKENS, RESULTS, ROOT, accuracy, interval, samples, test_records
+from heldout import MAX_NEW_TOKENS, ROOT, SHOWN, accuracy, interval, samples, test_records
 
 COMMAND = "nice -n 10 python course/results/scripts/sft_lora.py --only {part}"
 
@@ -182,10 +182,10 @@ def figures_03(r: dict):
     _bars(right, r["accuracy"], names, "held-out test accuracy per domain, 95% Wilson intervals")
     fig.suptitle(f"reproduce: {r['command']}", fontsize=8, y=0.02, ha="left", x=0.01, family="monospace")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(RESULTS / "03_sft.png", dpi=90)
+    fig.savefig(SHOWN / "03_sft.png", dpi=90)
     plt.close(fig)
     lines = [f"Reproduce: `{r['command']}` ({r['seconds']} s of training and evaluation on 2 shared CPU cores; "
-             f"config `configs/sft_tiny.yaml` with {r['config']['steps']} steps).", "",
+             f"config `tunix_lite/configs/sft_tiny.yaml` with {r['config']['steps']} steps).", "",
              "| model | validation loss | test accuracy, all domains [95% CI] | format |", "|---|---|---|---|"]
     for name in names:
         lines.append(f"| {name} | {r['validation_loss'][name]:.3f} | {_pct(r['accuracy'][name]['all'])} | "
@@ -195,7 +195,7 @@ def figures_03(r: dict):
         lines.append(f"| {d} | " + " | ".join(_pct(r["accuracy"][n][d]) for n in names) + " |")
     lines += ["", "Greedy answers to the first test prompt of each domain (the model that wrote each is named):", ""]
     lines += _sample_lines(r["samples"])
-    (RESULTS / "03_sft.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (SHOWN / "03_sft.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _sample_lines(items: list[dict]) -> list[str]:
@@ -220,12 +220,12 @@ def figures_04(r: dict):
     _bars(right, {n: tiny[n]["accuracy"] for n in names}, names, "held-out test accuracy, 95% Wilson intervals")
     fig.suptitle(f"reproduce: {r['command']}", fontsize=8, y=0.02, ha="left", x=0.01, family="monospace")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(RESULTS / "04_lora.png", dpi=90)
+    fig.savefig(SHOWN / "04_lora.png", dpi=90)
     plt.close(fig)
     g = r["gemma"]
     gnames = list(g["accuracy"])
-    lines = [f"Reproduce: `{r['command']}` (2 shared CPU cores; the tiny runs use `configs/sft_tiny.yaml` with 150 "
-             "steps, the Gemma run `configs/lora_gemma3_270m.yaml`).", "",
+    lines = [f"Reproduce: `{r['command']}` (2 shared CPU cores; the tiny runs use `tunix_lite/configs/sft_tiny.yaml` with 150 "
+             "steps, the Gemma run `tunix_lite/configs/lora_gemma3_270m.yaml`).", "",
              "| tiny model | trained parameters | validation loss | test accuracy [95% CI] | seconds |",
              "|---|---|---|---|---|"]
     for name in names:
@@ -246,7 +246,7 @@ def figures_04(r: dict):
                      f"{g['accuracy'][name]['format']:.2f} |")
     lines += ["", "Greedy answers of Gemma 3 270M before and after (the model that wrote each is named):", ""]
     lines += _sample_lines(g["samples"])
-    (RESULTS / "04_lora.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (SHOWN / "04_lora.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,11 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["03", "04"], help="one notebook's results")
     parser.add_argument("--plot-only", action="store_true", help="redraw from the saved JSON")
     args = parser.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     for part, run, draw in [("03", run_03, figures_03), ("04", run_04, figures_04)]:
         if args.only and part != args.only:
             continue
-        path = RESULTS / f"{part}_{'sft' if part == '03' else 'lora'}.json"
+        path = SHOWN / f"{part}_{'sft' if part == '03' else 'lora'}.json"
         if not args.plot_only:
             path.write_text(json.dumps(run(), indent=1) + "\n", encoding="utf-8")
         draw(json.loads(path.read_text(encoding="utf-8")))
