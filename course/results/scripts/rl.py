@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from tunix_lite import configs
 from heldout import (RESULTS, ROOT, SHOWN, accuracy, interval, samples, test_records, validation_records,
                      verdicts)
 
@@ -55,7 +56,7 @@ def config_for(variant: str, steps: int | None, changes: dict | None = None, sta
     from tunix_lite.training.config import read_yaml
 
     algorithm, overrides, _ = VARIANTS[variant]
-    values = read_yaml(ROOT / "configs" / "grpo_tiny.yaml") | overrides | (changes or {})
+    values = read_yaml(configs.path("grpo_tiny")) | overrides | (changes or {})
     values |= {"algorithm": algorithm, "model": str(start), "output_dir": None, "n_test": 0, "n_accuracy": 0,
                "eval_every": 0}
     if steps:
@@ -66,7 +67,7 @@ def config_for(variant: str, steps: int | None, changes: dict | None = None, sta
 def run_sft() -> None:
     from tunix_lite.training.sft import SFTConfig, run_sft
 
-    config = SFTConfig.from_yaml(ROOT / "configs" / "sft_tiny.yaml", output_dir=str(SFT.parent), overwrite=True)
+    config = SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=str(SFT.parent), overwrite=True)
     run_sft(config)
 
 
@@ -158,7 +159,7 @@ def pass_at_k(model_path: Path, *, group_size: int = 8, temperature: float = 1.0
     from tunix_lite.rl.rollouts import Prompts, sample_groups
     from tunix_lite.training.config import read_yaml
 
-    grpo = read_yaml(ROOT / "configs" / "grpo_tiny.yaml")
+    grpo = read_yaml(configs.path("grpo_tiny"))
     records = validation_records(n)
     model, tokenizer = tunix_lite.load(str(model_path))
     greedy, greedy_texts = accuracy(model, tokenizer, records)

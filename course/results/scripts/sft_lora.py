@@ -16,6 +16,7 @@ import json
 import sys
 import time
 
+from tunix_lite import configs
 from heldout import MAX_NEW_TOKENS, ROOT, SHOWN, accuracy, interval, samples, test_records
 
 COMMAND = "nice -n 10 python course/results/scripts/sft_lora.py --only {part}"
@@ -35,7 +36,7 @@ def run_03() -> dict:
     from tunix_lite.training.sft import SFTConfig, run_sft
 
     records = test_records()
-    config = SFTConfig.from_yaml(ROOT / "configs" / "sft_tiny.yaml")
+    config = SFTConfig.from_yaml(configs.path("sft_tiny"))
     config.steps, config.warmup_steps, config.eval_every = 300, 30, 25  # the notebook's cpu profile: 300 steps
     config.output_dir, config.n_accuracy = None, 0  # accuracy below, on the test split
     base, tokenizer = tunix_lite.load("tiny")
@@ -100,7 +101,7 @@ def run_04() -> dict:
     for name, kw in [("tiny + full SFT", dict(learning_rate=1e-3)),
                      ("tiny + LoRA r=8", dict(learning_rate=1e-2, lora_rank=8, lora_alpha=16)),
                      ("tiny + QLoRA nf4 r=8", dict(learning_rate=1e-2, lora_rank=8, lora_alpha=16, quantize="nf4"))]:
-        config = SFTConfig.from_yaml(ROOT / "configs" / "sft_tiny.yaml")
+        config = SFTConfig.from_yaml(configs.path("sft_tiny"))
         config.steps, config.warmup_steps, config.eval_every = 150, 15, 25  # the notebook's cpu profile: 300 // 2
         config.output_dir, config.n_accuracy = None, 0
         for key, value in kw.items():
@@ -116,7 +117,7 @@ def run_04() -> dict:
     timing = {name: round(value, 3) for name, value in step_seconds(options).items()}
 
     gemma_records = test_records(limit_per_domain=5)  # one batch: a 262k-token vocabulary decodes slowly on a CPU
-    config = SFTConfig.from_yaml(ROOT / "configs" / "lora_gemma3_270m.yaml")
+    config = SFTConfig.from_yaml(configs.path("lora_gemma3_270m"))
     config.output_dir = None
     gemma_base, gemma_tokenizer = tunix_lite.load("gemma3-270m")
     gemma_before, before_texts = accuracy(gemma_base, gemma_tokenizer, gemma_records, batch_size=len(gemma_records))
