@@ -243,6 +243,10 @@ def test_allow_overlap_scores_the_seen_prompts_apart_and_a_rerun_without_is_refu
         assert (summary["n"], summary["n_seen"], summary["n_unseen"]) == (4, 2, 2)
         assert {"unseen", "unseen_ci95", "seen", "seen_ci95"} <= set(summary)
     assert "unseen_vs_previous" in table["sft"]["summary"]
+    # the pipeline's output_dir stands for every stage's data
+    report = eval_json(capsys, "--model", str(micro_model), "--data", str(tmp_path / "test.jsonl"),
+                       "--exclude", str(tmp_path / "run"))
+    assert (report["n_excluded"], report["n"]) == (2, 2)
 
     files = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
     path.write_text(path.read_text().replace("allow_overlap: true", "allow_overlap: false"))
