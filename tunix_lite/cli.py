@@ -127,19 +127,22 @@ def cmd_eval(args) -> int:
     import json
 
     from tunix_lite.loading import model_config
-    from tunix_lite.evaluation.model_eval import check_settings, eval_records, evaluate, report_text
+    from tunix_lite.evaluation.model_eval import (check_settings, decontaminate, eval_records,
+                                                  evaluate, report_text, split_by_seen)
     from tunix_lite.training.stopped_run import load_model_or_run
 
     check_settings(n=args.n, samples=args.samples, temperature=args.temperature,
                    max_new_tokens=args.max_new_tokens)
     model_config(args.model)  # a missing model directory is named here, before data or weights load
     records, reward_fn = eval_records(args.data, n=args.n, seed=args.seed)
+    records, decontamination, seen = decontaminate(records, args.model, args.exclude)
     model, tokenizer = load_model_or_run(args.model, verbose=True)
     report = {"command": "tunix-lite " + shlex.join(args.argv), "model": args.model,
-              "data": args.data, "seed": args.seed}
+              "data": args.data, "seed": args.seed, **decontamination}
     report |= evaluate(model, tokenizer, records, reward_fn, samples=args.samples,
                        temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                        seed=args.seed or 0)
+    split_by_seen(report, seen)
     print(json.dumps(report) if args.json else report_text(report))
     return 0
 
@@ -264,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--temperature", type=float, default=1.0, help="the K samples' temperature")
     ev.add_argument("--max-new-tokens", type=int, default=None,
                     help="reply budget; default: 128, or room for the longest reference reply")
+    ev.add_argument("--exclude", action="append", default=[], metavar="SOURCE",
+                    help="score only the prompts SOURCE does not ask (repeatable): a data spec, a "
+                         "records file, or a training run's or pipeline's output_dir (the data "
+                         "its config names, and its start model's); the report says how many "
+                         "(n_excluded)")
     ev.add_argument("--json", action="store_true",
                     help="print one JSON object: accuracy, ci95, format, n, per_task, pass@K, ...")
     ev.set_defaults(fn=cmd_eval)

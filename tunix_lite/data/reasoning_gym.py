@@ -26,8 +26,8 @@ apart and give disjoint items in practice. In practice is not enough for a task 
 (one-digit products have 100: every seed asks them again), so a spec can ask for one side of a
 content split, `split=train` or `split=test` (`test_fraction`, 0.2 unless set, of the questions
 are test questions): each question's side is fixed by a hash of the question itself
-(`question_key`), so no seed of the test side asks a question that any seed of the train side
-asks:
+(`tunix_lite.data.questions`: `question_key`, `on_test_side`), so no seed of the test side asks
+a question that any seed of the train side asks:
 
     reasoning_gym:products?products.max_digits=1&split=train&size=4000   # 76 of the 100 facts
     reasoning_gym:products?products.max_digits=1&split=test&seed=5       # the other 24
@@ -49,6 +49,8 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
+from tunix_lite.data.questions import (SPLITS, TEST_FRACTION, on_test_side,  # noqa: F401
+                                       question_key)
 from tunix_lite.rewards.reasoning_gym import INSTALL, reward_reasoning_gym  # noqa: F401 - old home
 from tunix_lite.rewards.tags import ANSWER_CLOSE, ANSWER_OPEN, answer_of, write_completion
 
@@ -57,8 +59,6 @@ SIZE, SEED = 1000, 0  # a spec's size and seed unless it sets them
 INSTRUCTION = "End your reply with your final answer inside <answer></answer> tags."
 GARBAGE = "@@ zqxv @@"  # the probe's wrong answer: no task's reference contains it
 STYLES = ("answer", "reasoning")  # demonstrations: the tagged answer alone, or a trace before it
-SPLITS = ("train", "test")  # split=SIDE: only the questions on that side of the content split
-TEST_FRACTION = 0.2  # of the questions, on the test side unless a spec sets test_fraction
 WEIGHT = "weight"  # TASK.weight=W: the task's share of the size (no task config has this key)
 _NOT_TASKS = ("composite",)  # registered upstream, but a mixer of tasks (a spec mixes them itself)
 
@@ -196,21 +196,6 @@ def _task_seed(task: str, seed: int) -> int:
 def _dataset(task: str, config: dict, size: int, seed: int):
     dataset_cls, config_cls = _registry()[task]
     return dataset_cls(config_cls(**config, size=size, seed=seed))
-
-
-def question_key(entry: dict) -> str:
-    """What a question is, for the content split: the expression it asks about where the task's
-    metadata names one (basic_arithmetic words one expression four ways; the same sum asked by
-    two tasks is one question), else its text; lower case, each run of whitespace one space."""
-    text = entry["metadata"].get("expression") or entry["question"]
-    return " ".join(str(text).lower().split())
-
-
-def on_test_side(key: str, test_fraction: float = TEST_FRACTION) -> bool:
-    """Whether the question with this `question_key` is a test question: the first 8 bytes of
-    its SHA-256, read as a fraction of 2**64, fall below `test_fraction` (so the test side at 0.2
-    lies inside the test side at 0.3)."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") < test_fraction * 2**64
 
 
 def make_records(spec: str | TaskSpec, *, size: int | None = None,

@@ -7,6 +7,13 @@ list of objects, a .csv file (a header row, every value a string), a .parquet fi
 written by `datasets.Dataset.save_to_disk`. A `datasets.Dataset` or a list of dicts passes through
 unchanged.
 
+One side of the content split (`tunix_lite.data.questions`): `PATH?split=train` or `?split=test`
+(`test_fraction`, 0.2 unless set, of the questions on the test side) keeps the records whose
+question lies on that side, by a hash of the question alone; so a file's test side shares no
+question with its train side, in any order and however the file grows:
+
+    load_records("data/all.jsonl?split=test&test_fraction=0.1")
+
 Bad input stops with one line naming the file and, for text files, the 1-based line: JSON the
 parser rejects (with its message), bytes that are not UTF-8, a line that is not an object, a column
 (or a field nested in one) whose type changes between records, a chat message whose content is not a
@@ -20,6 +27,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tunix_lite.data.questions import SPLITS, TEST_FRACTION, on_test_side, split_key
+
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 
@@ -29,32 +38,91 @@ def load_records(source, *, key: str | None = None):
     every error message."""
     if not isinstance(source, (str, Path)):
         return source
-    import datasets
-
     where = f"{key}: " if key else ""
-    path = Path(source).expanduser()
     try:
-        if path.is_dir():
-            return _load_saved_dataset(path)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no such file or directory")
-        if path.suffix == ".parquet":
-            return _load_parquet(path)
-        if path.suffix == ".csv":
-            records, lines = _read_csv(path)
-        elif path.suffix in (".json", ".jsonl"):
-            records, lines = _read_json(path)
-        else:
-            raise ValueError(f"{path}: expected a {', '.join(SUFFIXES)} file or a datasets "
-                             "directory (save_to_disk)")
-        if not records:
-            raise ValueError(f"{path}: no records (the file is empty)")
-        _check_column_types(path, records, lines)
-        return datasets.Dataset.from_list(records)
+        file, side, test_fraction = split_source(str(source))
+        records = _load(Path(file).expanduser())
+        return records if side is None else _side(records, source, side, test_fraction)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{where}{e}") from None
     except ValueError as e:
         raise ValueError(f"{where}{e}") from None
+
+
+def split_source(source: str) -> tuple[str, str | None, float]:
+    """(path, side, test_fraction) of `PATH[?split=train|test[&test_fraction=F]]`; side None: the
+    whole file. A path that exists as written is a path, "?" and all. ValueError in one line naming
+    the part and the fix."""
+    try:
+        if Path(source).expanduser().exists():
+            return source, None, TEST_FRACTION
+    except OSError:  # too long to be a file name
+        pass
+    file, query_mark, query = source.rpartition("?")
+    if not query_mark:
+        return source, None, TEST_FRACTION
+    side, test_fraction = None, None
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == "split" and value in SPLITS:
+            side = value
+        elif key == "split":
+            raise ValueError(f"{source}: {part!r}: split must be train or test (the two sides of "
+                             "the content split); write e.g. ?split=test")
+        elif key == "test_fraction":
+            try:
+                test_fraction = float(value)
+            except ValueError:
+                test_fraction = -1.0
+            if not 0 < test_fraction < 1:
+                raise ValueError(f"{source}: {part!r}: test_fraction is the share of the "
+                                 "questions on the test side, a number between 0 and 1 (both "
+                                 "excluded); write e.g. test_fraction=0.2")
+        else:
+            raise ValueError(f"{source}: {part!r} is neither split=train|test nor "
+                             "test_fraction=F; write e.g. PATH?split=test&test_fraction=0.2")
+    if side is None:
+        raise ValueError(f"{source}: the query names no side of the content split; add "
+                         "split=train or split=test")
+    return file, side, TEST_FRACTION if test_fraction is None else test_fraction
+
+
+def _side(records, source: str, side: str, test_fraction: float):
+    """The records whose question (`questions.split_key`) lies on `side` of the content split."""
+    test = side == "test"
+    try:
+        keep = [i for i, record in enumerate(records)
+                if on_test_side(split_key(record), test_fraction) == test]
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
+    if not keep:
+        raise ValueError(f"{source}: none of the {len(records)} records' questions lies on the "
+                         f"{side} side (test_fraction={test_fraction:g}); use a larger file or "
+                         "change test_fraction")
+    return records.select(keep)
+
+
+def _load(path: Path):
+    """The records of one file or saved dataset, checked (see the module docstring)."""
+    import datasets
+
+    if path.is_dir():
+        return _load_saved_dataset(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    if path.suffix == ".parquet":
+        return _load_parquet(path)
+    if path.suffix == ".csv":
+        records, lines = _read_csv(path)
+    elif path.suffix in (".json", ".jsonl"):
+        records, lines = _read_json(path)
+    else:
+        raise ValueError(f"{path}: expected a {', '.join(SUFFIXES)} file or a datasets "
+                         "directory (save_to_disk)")
+    if not records:
+        raise ValueError(f"{path}: no records (the file is empty)")
+    _check_column_types(path, records, lines)
+    return datasets.Dataset.from_list(records)
 
 
 def _read_text(path: Path) -> str:

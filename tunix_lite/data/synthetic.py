@@ -12,18 +12,19 @@ answer). An example:
      "completion": "5 + 3 = 8. 8 * 2 = 16. <answer>16</answer>"}
 
 Everything is a pure function of its seed (string-seeded `random.Random`, no global state). A
-prompt's split is fixed by a hash of its text, so train, validation and test never share a prompt,
-whatever seeds and sizes are asked for. The vocabulary is digits and a few hundred words: the tiny
-model's 1,024-piece tokenizer (scripts/build_tiny_tokenizer.py) covers it without byte fallback.
+prompt's split is fixed by a hash of its text (`split_of`), so train, validation and test never
+share a prompt, whatever seeds and sizes are asked for. The vocabulary is digits and a few hundred
+words: the tiny model's 1,024-piece tokenizer (scripts/build_tiny_tokenizer.py) covers it without
+byte fallback.
 """
 
 import functools
-import hashlib
 import operator
 import random
 import string
 from collections.abc import Iterator, Sequence
 
+from tunix_lite.data.questions import key_hash
 # The answer-tag protocol (how a completion is written and read) and its rewards live with the
 # other rewards; the course imports them from here too.
 from tunix_lite.rewards.tags import (ANSWER_CLOSE, ANSWER_OPEN,  # noqa: F401
@@ -211,9 +212,14 @@ def fact_sentences() -> list[str]:
 # ---- Examples and splits ----
 
 def split_of(prompt: str) -> str:
-    """The split a prompt belongs to, fixed by its hash: about 80% train, 10% validation, 10%
-    test."""
-    bucket = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big") % 10
+    """The split a prompt belongs to, fixed by its hash (`questions.key_hash`, the content split's):
+    about 80% train, 10% validation, 10% test.
+
+    The hash is of the prompt as generated, not of its normalised text: the generator words each
+    question one way (no two of its prompts normalise alike, a test checks), so this is a split by
+    question; and the sides stay those the embedded tiny model was pretrained on (the train side
+    only, `pretraining_corpus`)."""
+    bucket = key_hash(prompt) % 10
     return "train" if bucket < 8 else "validation" if bucket == 8 else "test"
 
 

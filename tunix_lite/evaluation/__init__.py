@@ -8,7 +8,10 @@ What counts as right is not decided here: every verdict is the one judge's
     statistics.py   Wilson intervals, paired differences, pass@k, best-of-k, maj@k
     reasoning.py    `evaluate_reasoning`: greedy and sampled answers, test-time scaling
                     (`ReasoningReport`), `sample_completions`
-    reports.py      per-stage tables with intervals, the scaling table, their plots, `write_report`
+    decontamination.py  which test prompts a model trained on: the questions of a spec, a file,
+                    a run or a pipeline (its data and its start model's), counted or excluded
+    reports.py      per-stage tables with intervals (unseen first), the scaling table, their
+                    plots, `write_report`
     model_eval.py   the `tunix-lite eval` driver: any model on any data, with guessing baselines
 
 The names below are re-exported for the course's imports (`from tunix_lite.evaluation import

@@ -32,6 +32,13 @@ sharpen.
 two reports on the same data and seed compare prompt by prompt
 (`tunix_lite.evaluation.statistics.paired_difference`), far more tightly than their two intervals
 do.
+
+Held out means asked in no training data (`tunix_lite.evaluation.decontamination`). `exclude`
+sources (`--exclude`: a spec, a file, a run or pipeline directory) drop every prompt they ask
+before scoring (`n_excluded`). Where the model is a run whose config names its data (and its start
+model's), `n_seen` counts the scored prompts that data asks, and `seen` / `unseen` score the two
+parts apart; `model_data` lists those sources (empty: a named model or bare checkpoint, whose data
+is not listed).
 """
 
 from __future__ import annotations
@@ -42,9 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tunix_lite.data.records import SUFFIXES, load_records
+from tunix_lite.data.records import SUFFIXES, load_records, split_source
 from tunix_lite.data.synthetic import make_splits
 from tunix_lite.evaluation.accuracy import TaskEval, answer_budget, distinct_prompts
+from tunix_lite.evaluation.decontamination import keys_of, run_records, seen_mask, without
 from tunix_lite.evaluation.reasoning import sample_completions
 from tunix_lite.evaluation.statistics import pass_and_majority, wilson
 from tunix_lite.rewards.judge import RIGHT, reward_for, verdict_for
@@ -93,7 +101,7 @@ def eval_records(spec: str, *, n: int | None = None,
         # Draw more rows than asked: the test split repeats some facts prompts, which are kept once.
         rows = make_splits(0, 0, 4 * n, seed=seed or 0)["test"]
         records = distinct_prompts(rows, limit=n)
-    elif Path(spec).suffix in SUFFIXES or Path(spec).expanduser().is_dir():
+    elif _is_records_file(spec):
         rows = load_records(spec, key="--data")
         missing = [column for column in ("prompt", "answer") if column not in rows[0]]
         if missing:
@@ -104,6 +112,49 @@ def eval_records(spec: str, *, n: int | None = None,
     else:
         raise ValueError(f"--data {spec!r}: not a data spec; give {SPECS}")
     return records, reward_for(records)
+
+
+def _is_records_file(spec: str) -> bool:
+    """A records file (`PATH?split=test` too) or a saved dataset's directory."""
+    try:
+        file = Path(split_source(spec)[0])
+    except ValueError:  # a file with a bad query: load_records names it, under --data
+        file = Path(spec.rpartition("?")[0])
+    return file.suffix in SUFFIXES or file.expanduser().is_dir()
+
+
+def decontaminate(records: Sequence[Mapping], model: str, exclude: Sequence[str] = ()
+                  ) -> tuple[list[dict], dict, np.ndarray | None]:
+    """(the records no `exclude` source asks, the report's fields n_excluded, exclude and
+    model_data (the sources the model's run and its start model's trained on), the [n] bool mask
+    of the kept records that data asks: None where no data is listed). A source that cannot be
+    read is ValueError in one line, before any weights load."""
+    kept, n_excluded = without(records, exclude) if exclude else (list(records), 0)
+    if not kept:
+        raise ValueError(f"--exclude {' '.join(exclude)}: all {n_excluded} prompts occur there; "
+                         "nothing is left to score (evaluate on other data)")
+    try:
+        model_data = run_records(model)
+    except (OSError, ValueError) as e:  # a run whose data moved: say so, score all the same
+        print(f"eval: the data {model} trained on is not readable ({e}); its prompts are not "
+              "counted", file=sys.stderr)
+        model_data = []
+    seen = seen_mask(kept, keys_of(model_data)) if model_data else None
+    fields = {"n_excluded": n_excluded, "exclude": list(exclude),
+              "model_data": [label for label, _ in model_data]}
+    return kept, fields, seen
+
+
+def split_by_seen(report: dict, seen: np.ndarray | None) -> dict:
+    """The report with n_seen (None: the model's data is not listed) and, where some prompts were
+    trained on, "seen" and "unseen" (where any is): greedy accuracy on each part, with n and its
+    interval."""
+    report["n_seen"] = None if seen is None else int(seen.sum())
+    if seen is not None and seen.any():
+        right = np.asarray(report["right"], bool)
+        report |= {part: _interval(right[mask])
+                   for part, mask in (("unseen", ~seen), ("seen", seen)) if mask.any()}
+    return report
 
 
 def _interval(right: np.ndarray) -> dict:
@@ -190,12 +241,27 @@ def report_text(report: Mapping) -> str:
     lo, hi = report["ci95"]
     seed = "default" if report["seed"] is None else report["seed"]
     lines = [f"{report['model']} on {report['data']} (n={report['n']}, seed {seed}, "
-             f"at most {report['max_new_tokens']} new tokens)",
-             f"greedy accuracy {report['accuracy']:.3f}  95% interval [{lo:.3f}, {hi:.3f}] "
-             "(Wilson)",
-             f"always the commonest answer {report['constant']:.3f} (a guess, for scale)",
-             f"format          {report['format']:.3f}",
-             f"mean reward     {report['reward']:.3f}"]
+             f"at most {report['max_new_tokens']} new tokens)"]
+    if report.get("n_excluded"):
+        lines.append(f"excluded {report['n_excluded']} prompts that "
+                     f"{', '.join(report['exclude'])} ask; scored the other {report['n']}")
+    if "n_seen" in report and report["n_seen"] is None:
+        lines.append("the model's training data is not listed (a named model or checkpoint): "
+                     "its prompts are not counted")
+    elif "n_seen" in report and not report["n_seen"]:
+        lines.append(f"no prompt occurs in the model's training data ({len(report['model_data'])}"
+                     " sources): all unseen")
+    for part in ("unseen", "seen"):  # held out first
+        if part in report:
+            row = report[part]
+            lines.append(f"{part:<6} n={row['n']}: greedy {row['accuracy']:.3f} "
+                         f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]"
+                         + (" (in the model's training data)" if part == "seen" else ""))
+    lines += [f"greedy accuracy {report['accuracy']:.3f}  95% interval [{lo:.3f}, {hi:.3f}] "
+              "(Wilson)",
+              f"always the commonest answer {report['constant']:.3f} (a guess, for scale)",
+              f"format          {report['format']:.3f}",
+              f"mean reward     {report['reward']:.3f}"]
     if "samples" in report:
         k = report["samples"]
         lines.append(f"pass@{k} {report[f'pass@{k}']:.3f}  maj@{k} {report[f'maj@{k}']:.3f}  "

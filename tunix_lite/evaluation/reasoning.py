@@ -58,17 +58,20 @@ class ReasoningReport:
     examples: list[dict]  # the first few greedy transcripts
     seconds: float
     greedy_right: list[int] = dataclasses.field(default_factory=list)  # 1 / 0 per prompt, in order
+    # 1 where some training data asks the prompt, per prompt (empty: not counted); see
+    # tunix_lite.evaluation.decontamination
+    seen_prompts: list[int] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"summary": self.summary, "scaling": {str(k): v for k, v in self.scaling.items()},
                 "examples": self.examples, "seconds": self.seconds,
-                "greedy_right": self.greedy_right}
+                "greedy_right": self.greedy_right, "seen_prompts": self.seen_prompts}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ReasoningReport:
         return cls(dict(data["summary"]), {int(k): v for k, v in data["scaling"].items()},
                    list(data["examples"]), float(data["seconds"]),
-                   list(data.get("greedy_right", [])))
+                   list(data.get("greedy_right", [])), list(data.get("seen_prompts", [])))
 
 
 def _params(model) -> int:

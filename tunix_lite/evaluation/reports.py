@@ -29,8 +29,14 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
     Where the reports count their prompts (summary["n"]), greedy accuracy carries its 95% Wilson
     interval, and "vs previous" is the change from the row above on the same prompts, with the
     paired interval (`paired_difference`): a stage helped or hurt only where that interval
-    excludes 0. Where some test prompts were also training prompts (summary["n_unseen"] < n),
-    "unseen" is greedy accuracy on the others, with its interval: the held-out figure proper."""
+    excludes 0. Where the reports were decontaminated (summary["n_unseen"], and each report's
+    `seen_prompts`: `tunix_lite.evaluation.decontamination`), the first column is greedy accuracy
+    on the unseen prompts, those no training data asks (the held-out figure proper), and "vs
+    previous" is paired over them; where some prompts were trained on, "seen" scores those and
+    "all" every prompt. Sampled figures, format and domains count every prompt.
+
+    The json: per stage its summary with "ci95" and "vs_previous" (all prompts), and where
+    decontaminated "unseen_ci95", "unseen_vs_previous", "seen_ci95"."""
     if not reports:
         return "(no evaluations yet)\n", {}
     table = {stage: dict(r.summary) for stage, r in reports.items()}
@@ -38,14 +44,17 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
     first = next(iter(reports.values())).summary
     ks = sorted(int(k.split("@")[1]) for k in first if k.startswith("pass@"))
     if ks:
-        sampled = [(f"pass@{ks[0]}", f"pass@{ks[0]}"), (f"pass@{ks[-1]}", f"pass@{ks[-1]}"),
-                   (f"maj@{ks[-1]}", f"maj@{ks[-1]}")]
+        # pass@ the least and the most samples (one column where they are one), maj@ the most
+        sampled = [(name, name) for name in dict.fromkeys(
+            (f"pass@{ks[0]}", f"pass@{ks[-1]}", f"maj@{ks[-1]}"))]
         domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
                           if k.startswith("accuracy/")})
-        greedy = ([("accuracy", "greedy acc [95% CI]"), ("vs_previous", "vs previous [95% CI]")]
-                  if "n" in first else list(_COLUMNS[:1]))
-        if first.get("n_unseen", first.get("n")) != first.get("n"):  # some were trained on
-            greedy.append(("unseen", f"unseen, {first['n_unseen']} [95% CI]"))
+        if "n_unseen" in first:  # decontaminated: the unseen prompts first
+            greedy = _seen_columns(first)
+        elif "n" in first:
+            greedy = [("accuracy", "greedy acc [95% CI]"), ("vs_previous", "vs previous [95% CI]")]
+        else:
+            greedy = list(_COLUMNS[:1])
         columns = (greedy + sampled + list(_COLUMNS[1:])
                    + [(f"accuracy/{d}", d) for d in domains])
     else:  # another evaluation's figures (e.g. the agent's with / without the tool), as they come
@@ -58,32 +67,54 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", table
 
 
+def _seen_columns(first: Mapping) -> list[tuple[str, str]]:
+    """The greedy columns of decontaminated reports: unseen and its paired change first; where
+    some prompts were trained on, seen and all."""
+    columns = []
+    if first["n_unseen"]:
+        change = "vs previous, unseen [95% CI]" if first["n_seen"] else "vs previous [95% CI]"
+        columns += [("unseen", f"unseen, n={first['n_unseen']} [95% CI]"),
+                    ("unseen_vs_previous", change)]
+    if first["n_seen"]:
+        columns += [("seen", f"seen, n={first['n_seen']} [95% CI]"),
+                    ("accuracy", f"all, n={first['n']} [95% CI]")]
+    return columns
+
+
 def _add_intervals(reports: Mapping[str, ReasoningReport], table: dict) -> None:
     """table[stage]["ci95"] (Wilson, of greedy accuracy) and ["vs_previous"] ([change, lo, hi]
-    against the stage before, paired over the same prompts), where the reports allow them."""
+    against the stage before, paired over the same prompts), where the reports allow them; the
+    same on the unseen prompts ("unseen_ci95", "unseen_vs_previous") and on the seen ones
+    ("seen_ci95") where the reports were decontaminated."""
     previous = None
     for stage, report in reports.items():
+        row, right = table[stage], np.asarray(report.greedy_right, int)
         n = int(report.summary.get("n", 0))
         if n and "accuracy" in report.summary:
-            table[stage]["ci95"] = list(wilson(report.summary["accuracy"] * n, n))
-        n_unseen = int(report.summary.get("n_unseen", 0))
-        if n_unseen:
-            table[stage]["unseen_ci95"] = list(wilson(report.summary["unseen"] * n_unseen,
-                                                      n_unseen))
-        right = report.greedy_right
-        if previous is not None and right and len(right) == len(previous):
-            table[stage]["vs_previous"] = list(paired_difference(previous, right))
-        previous = right or None
+            row["ci95"] = list(wilson(report.summary["accuracy"] * n, n))
+        comparable = previous is not None and right.size and previous.size == right.size
+        if comparable:
+            row["vs_previous"] = list(paired_difference(previous, right))
+        seen = np.asarray(report.seen_prompts, bool)
+        if right.size and seen.size == right.size:
+            for part, mask in (("unseen", ~seen), ("seen", seen)):
+                if mask.any():
+                    row[f"{part}_ci95"] = list(wilson(right[mask].sum(), int(mask.sum())))
+            if comparable and (~seen).any():
+                row["unseen_vs_previous"] = list(paired_difference(previous[~seen],
+                                                                   right[~seen]))
+        previous = right if right.size else None
 
 
 def _cell(key: str, row: Mapping) -> str:
     value = row.get(key)
     if value is None:
         return "-"
-    interval = row.get({"accuracy": "ci95", "unseen": "unseen_ci95"}.get(key, ""))
+    interval = row.get({"accuracy": "ci95", "unseen": "unseen_ci95",
+                        "seen": "seen_ci95"}.get(key, ""))
     if interval is not None:
         return f"{value:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
-    if key == "vs_previous":
+    if key.endswith("vs_previous"):
         return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]"
     return f"{value:.1f}" if key == "length" else f"{value:.2f}"
 

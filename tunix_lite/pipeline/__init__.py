@@ -34,10 +34,10 @@ short for one step), each problem in one line naming the stage and key; and the 
 prints.
 state.py: what the pipeline keeps on disk (pipeline.json, each stage's stage.json marker, the
 pairs and data files, all written atomically) and the session's time budget.
-run.py: then, in order, the data files, the held-out evaluation of the base model, and per stage
-its training, its held-out evaluation (`tunix_lite.evaluation`) and the report (`report/`:
-table and plots of every stage so far); finally the export. Every piece is written atomically and
-skipped on a rerun once done, so:
+run.py: then, in order, the data files, the decontamination of the test set, the held-out
+evaluation of the base model, and per stage its training, its held-out evaluation
+(`tunix_lite.evaluation`) and the report (`report/`: table and plots of every stage so far);
+finally the export. Every piece is written atomically and skipped on a rerun once done, so:
 
 - with `max_minutes`, the stage in training stops at the budget with a checkpoint and the command
   exits cleanly; rerunning it continues that stage from its checkpoint (a Kaggle or Colab session at
@@ -46,6 +46,25 @@ skipped on a rerun once done, so:
   (`checkpoint_every`, 25 unless set).
 A stage whose inputs changed after it ran (an earlier stage retrained) is refused with the folder to
 delete.
+
+Held out means asked in no training data. Before any evaluation the test prompts (the first
+evaluation.n_prompts distinct ones) are compared, question by question
+(`tunix_lite.evaluation.decontamination`), with every stage's training data and the base model's
+where it is a run whose config names its data. A test prompt found there is refused in one line,
+unless `evaluation.allow_overlap: true`: then the table scores those prompts apart, as "seen".
+What the report says about it, for people and for graders:
+
+- report/decontamination.json: test (the test source), n_test, n_seen, n_unseen, seen (the seen
+  prompts' indices in the evaluation's order), allow_overlap; base {model, data (the sources its
+  run lists; [] for a named model), n_seen}; stages {NAME: {from, data (its training source, in
+  words), n_records, n_seen (test prompts its own data asks), n_seen_through (its data's, its
+  start stages' and the base model's together)}}.
+- report/table.json, per stage's summary: n, n_seen, n_unseen; unseen with unseen_ci95 and
+  unseen_vs_previous (greedy accuracy on the unseen prompts, its Wilson interval, the paired change
+  from the row above: [change, lo, hi]); seen with seen_ci95 where n_seen > 0; accuracy, ci95 and
+  vs_previous over every prompt.
+- report/table.md: the unseen column first ("unseen, n=N [95% CI]"), then its paired change;
+  "seen, n=K" and "all" only where K > 0.
 """
 
 from tunix_lite.pipeline.run import PipelineResult, prepare_data, run_pipeline

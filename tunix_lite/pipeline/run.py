@@ -43,9 +43,11 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
     budget = Budget(pipeline.spec.max_minutes)
     root = pipeline.root
     root.mkdir(parents=True, exist_ok=True)
+    prepare_data(pipeline, say)  # writes only the data files that are missing
+    # a test set its training data asks is refused here, before anything is overwritten
+    seen = _decontaminate(pipeline, say) if pipeline.evaluation is not None else None
     (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline.values, sort_keys=False),
                                         encoding="utf-8")
-    prepare_data(pipeline, say)
     reports = {}
 
     def report():
@@ -59,9 +61,8 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
                               time.monotonic() - start)
 
     if pipeline.evaluation is not None:
-        unseen = _unseen_test_prompts(pipeline, say)
         base = {"id": "base", "model_dir": pipeline.spec.model}
-        reports["base"] = _evaluate(pipeline, "base", base, unseen, say)
+        reports["base"] = _evaluate(pipeline, "base", base, seen, say)
         report()
     # a session always trains at least one step (Trainer.fit's deadline), so it makes progress
     trained = False
@@ -82,7 +83,7 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
             if budget.spent():
                 return paused()
             reports[stage.name] = _evaluate(pipeline, stage.name, stage_marker(pipeline, stage),
-                                            unseen, say)
+                                            seen, say)
             say(report())
     if pipeline.spec.export:
         _export(pipeline, say)
@@ -148,18 +149,21 @@ def _synthetic_split(data: DataSpec, name: str):
     return mix_domains(pool, weights, data.n_train, seed=data.seed)
 
 
+def _test_source(pipeline: Pipeline) -> str:
+    return pipeline.data.test or str(pipeline.root / "data" / "test.jsonl")
+
+
 def _test_records(pipeline: Pipeline) -> list[dict]:
+    """The first evaluation.n_prompts distinct test prompts (each scored once, as `tunix-lite eval`
+    scores them: a repeated prompt would count one greedy answer several times)."""
     from tunix_lite.data import reasoning_gym
     from tunix_lite.data.records import load_records
     from tunix_lite.evaluation.accuracy import distinct_prompts
 
-    source = pipeline.data.test or str(pipeline.root / "data" / "test.jsonl")
-    if reasoning_gym.is_spec(source):  # each prompt once, as `tunix-lite eval` scores them
-        records = distinct_prompts(reasoning_gym.make_records(source))
-    else:
-        records = load_records(source)
-    n = min(pipeline.evaluation.n_prompts, len(records))
-    return [dict(records[i]) for i in range(n)]
+    source = _test_source(pipeline)
+    records = (reasoning_gym.make_records(source) if reasoning_gym.is_spec(source)
+               else load_records(source))
+    return distinct_prompts(records, pipeline.evaluation.n_prompts)
 
 
 # ----------------------------------------------------------------------------- stages
@@ -253,44 +257,73 @@ def _write_merged(stage_dir: Path, result) -> Path:
 # ----------------------------------------------------------------------------- evaluation, export
 
 
-def _unseen_test_prompts(pipeline: Pipeline, say) -> np.ndarray:
-    """[n_prompts] bool: which test prompts no stage trains on. A task with few distinct questions
-    (one-digit products: 100) repeats them under any seed, so a test seed alone does not hold a
-    prompt out; the table then adds the accuracy on the unseen ones."""
-    from tunix_lite.data import reasoning_gym
-    from tunix_lite.data.records import load_records
+def _decontaminate(pipeline: Pipeline, say) -> np.ndarray:
+    """[n] bool: which test prompts some training data of the run asks (`seen`): every stage's,
+    and its base model's where that is a run whose config names its data
+    (`tunix_lite.evaluation.decontamination`). Writes report/decontamination.json (its fields: the
+    package docstring). A seen prompt is refused in one line unless evaluation.allow_overlap
+    is true; the table then scores the seen and unseen prompts apart."""
+    from tunix_lite.evaluation.decontamination import (config_records, keys_of, run_records,
+                                                       seen_mask)
 
-    sources = set()
+    test = _test_records(pipeline)
+    base_sources = run_records(pipeline.spec.model)
+    lineage = {"base": seen_mask(test, keys_of(base_sources))}
+    stages = {}
     for stage in pipeline.stages:
-        if stage.on_policy_pairs is not None:  # its pairs' prompts come from the training prompts
-            sources.add(str(prompt_sources(pipeline.spec)[0]))
-        else:
-            sources.add(stage_values(pipeline.spec, stage, pipeline.spec.model)["train_data"])
-    trained = set()
-    for source in sources:
-        if reasoning_gym.is_spec(source):
-            trained |= {r["prompt"] for r in reasoning_gym.make_records(source)}
-        else:
-            trained |= set(load_records(source)["prompt"])
-    unseen = np.array([r["prompt"] not in trained for r in _test_records(pipeline)])
-    if not unseen.all():
-        say(f"evaluation: {int((~unseen).sum())} of the {unseen.size} test prompts are also "
-            "training prompts (a task with few distinct questions repeats them); the table's "
-            f"unseen column scores the other {int(unseen.sum())}")
-    return unseen
+        values = stage_values(pipeline.spec, stage, pipeline.spec.model)
+        data = (str(prompt_sources(pipeline.spec)[0]) if stage.on_policy_pairs is not None
+                else values["train_data"])  # sampled pairs ask the training prompts
+        config = dataclasses.asdict(stage.config) | {"train_data": data,
+                                                     "algorithm": stage.algorithm}
+        label, records = config_records(pipeline.stage_dir(stage.name), config)
+        own = seen_mask(test, keys_of([(label, records)]))
+        lineage[stage.name] = own | lineage[stage.source]
+        stages[stage.name] = {"from": stage.source, "data": label, "n_records": len(records),
+                              "n_seen": int(own.sum()),
+                              "n_seen_through": int(lineage[stage.name].sum())}
+    seen = np.logical_or.reduce(list(lineage.values()))
+    allowed = pipeline.evaluation.allow_overlap
+    if seen.any():
+        counts = {"base model": int(lineage["base"].sum())} | {
+            name: row["n_seen"] for name, row in stages.items()}
+        where = ", ".join(f"{name}'s {n}" for name, n in counts.items() if n)
+        if not allowed:
+            raise ConfigError(
+                f"{pipeline.path}: data.test: {int(seen.sum())} of the {seen.size} test prompts "
+                f"occur in the training data ({where}); hold them out by construction (split=test "
+                "in a reasoning_gym spec, PATH?split=test for a records file, the synthetic test "
+                "split) or set evaluation.allow_overlap: true to score them apart as seen")
+        say(f"evaluation: {int(seen.sum())} of the {seen.size} test prompts are training prompts "
+            f"({where}); the table scores them apart (seen) from the other "
+            f"{int((~seen).sum())} (unseen)")
+    write_json(pipeline.root / "report" / "decontamination.json", {
+        "test": _test_source(pipeline), "n_test": len(test), "n_seen": int(seen.sum()),
+        "n_unseen": int((~seen).sum()), "seen": np.flatnonzero(seen).tolist(),
+        "allow_overlap": allowed,
+        "base": {"model": pipeline.spec.model, "data": [label for label, _ in base_sources],
+                 "n_seen": int(lineage["base"].sum())},
+        "stages": stages})
+    return seen
 
 
-def _with_unseen(report, unseen: np.ndarray):
-    """The report with summary["unseen"] (greedy accuracy on the unseen prompts) and "n_unseen"."""
+def _with_seen(report, seen: np.ndarray):
+    """The report with its prompts' `seen` mask, and n_seen, n_unseen and greedy accuracy on each
+    part ("unseen"; "seen" where some prompts were trained on) in its summary."""
     right = np.asarray(report.greedy_right or [], float)
-    if right.size == unseen.size and unseen.any():
-        report.summary |= {"unseen": float(right[unseen].mean()), "n_unseen": int(unseen.sum())}
+    if right.size == seen.size:
+        report.seen_prompts = seen.astype(int).tolist()
+        report.summary |= {"n_seen": int(seen.sum()), "n_unseen": int((~seen).sum())}
+        if not seen.all():
+            report.summary["unseen"] = float(right[~seen].mean())
+        if seen.any():
+            report.summary["seen"] = float(right[seen].mean())
     return report
 
 
-def _evaluate(pipeline: Pipeline, name: str, marker: dict, unseen: np.ndarray, say) -> Any:
+def _evaluate(pipeline: Pipeline, name: str, marker: dict, seen: np.ndarray, say) -> Any:
     """The held-out evaluation of the model a stage marker names (cached in <name>/eval.json for
-    that marker), with its accuracy on the `unseen` test prompts."""
+    that marker), with its accuracy on the unseen test prompts and on the `seen` ones."""
     from tunix_lite.loading import load
     from tunix_lite.evaluation.reasoning import ReasoningReport, evaluate_reasoning
     from tunix_lite.rewards.judge import reward_for
@@ -298,10 +331,13 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, unseen: np.ndarray, s
     path = pipeline.stage_dir(name) / "eval.json"
     cached = read_json(path)
     spec = pipeline.evaluation
-    key = {"model": marker["id"], "evaluation": dataclasses.asdict(spec)}
+    # allow_overlap changes what is refused, not what is measured; "distinct": each test prompt is
+    # scored once (an evaluation from before, which counted repeats, is redone)
+    settings = {k: v for k, v in dataclasses.asdict(spec).items() if k != "allow_overlap"}
+    key = {"model": marker["id"], "evaluation": settings, "prompts": "distinct"}
     if cached is not None and cached.get("key") == key and "greedy_right" in cached:
         # (one without per-prompt verdicts is redone)
-        return _with_unseen(ReasoningReport.from_json(cached), unseen)
+        return _with_seen(ReasoningReport.from_json(cached), seen)
     model, tokenizer = load(marker["model_dir"])
     model.eval()
     records = _test_records(pipeline)
@@ -322,7 +358,7 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, unseen: np.ndarray, s
                                     batch_size=spec.batch_size, scaling=spec.scaling,
                                     seed=spec.seed, reward_fn=reward_for(records))
     write_json(path, report.to_json() | {"key": key})
-    return _with_unseen(report, unseen)
+    return _with_seen(report, seen)
 
 
 def _export(pipeline: Pipeline, say) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tunix_lite.data import reasoning_gym
+from tunix_lite.data.records import split_source
 from tunix_lite.pipeline.state import check_budget, stage_done
 from tunix_lite.training.checked import Checked, ConfigError, apply_settings, option, read_yaml
 
@@ -83,8 +84,14 @@ class DataSpec(Checked):
             return
         for key in ("train", "validation", "test", "pairs_train", "pairs_validation"):
             value = getattr(self, key)
-            if value is not None and key not in specs and not Path(value).expanduser().exists():
-                raise ConfigError(f"{key}: no file or directory at {value}")
+            if value is None or key in specs:
+                continue
+            try:
+                file = split_source(value)[0]
+            except ValueError as e:
+                raise ConfigError(f"{key}: {e}") from None
+            if not Path(file).expanduser().exists():
+                raise ConfigError(f"{key}: no file or directory at {file}")
         if self.validation is None and "train" not in specs:  # a spec draws one from its tasks
             raise ConfigError("validation: with your own data.train, give data.validation too")
 
@@ -103,6 +110,9 @@ class EvalSpec(Checked):
         None, "answer budget (null: from the longest reference completion)", ge=1)
     batch_size: int = option(16, "prompts per sampler call", ge=1)
     seed: int = option(1234, "sampling seed")
+    allow_overlap: bool = option(
+        False, "score test prompts that some stage (or the base model's run) trained on, apart "
+               "as seen, instead of refusing them")
 
     def check(self) -> None:
         too_many = [n for n in self.scaling if not 1 <= n <= self.samples]

@@ -46,6 +46,7 @@ import yaml
 from flax import nnx
 
 from tunix_lite import sharding
+from tunix_lite.data.records import split_source
 from tunix_lite.training.config import ConfigError, check_mesh
 from tunix_lite.training.inputs import trained_variables
 from tunix_lite.training.trainer import LossFn, Trainer, adamw_cosine
@@ -130,11 +131,12 @@ def input_fingerprints(config) -> dict[str, dict]:
         value = getattr(config, name)
         if f.metadata["resume"] != "same" or hints[name] not in (str, str | None) or not value:
             continue
-        path = Path(value).expanduser()
         try:
+            path = Path(split_source(value)[0]).expanduser()  # a file's side of the split: the file
             exists = path.exists()
-        # no file can have this name (a long reasoning_gym spec): the value says it all
-        except OSError:
+        # no file can have this name (a long reasoning_gym spec), or it is no records file with a
+        # side of the content split: the value says it all
+        except (OSError, ValueError):
             continue
         if exists:
             found[name] = {"path": str(path.absolute()), "sha256": _sha256(path)}
