@@ -2,6 +2,7 @@
 
     python benchmarks/code_reward.py             # tunix_lite/configs/grpo_tiny.yaml's shape on the tiny model
     python benchmarks/code_reward.py --smoke     # 2 steps of 2 x 4 completions: the code paths only
+    python benchmarks/code_reward.py --grading-only  # the sandboxed step's grading alone, no model
 
 The same GRPO run two ways, differing only in how each completion's program is graded against its
 asserts (both give the same scores, so both runs train the same policy on the same rewards):
@@ -15,7 +16,10 @@ one that raises), in turn: the grading work is real, the policy's text is not. T
 step is the hardest case for the sandbox (the shortest step there is: on Gemma the step is 10-100x
 longer and the same grading costs the same). Prints one row per variant: the median step time over
 the steps after the first two (compile), median over `--reps` repetitions (the variants' order
-turned each time), and each variant's step time against `exec`.
+turned each time), and each variant's step time against `exec`. `--grading-only` times just what
+the sandbox adds to a step: the step's 64 `check_code` calls through `VerifierPool(workers=2)`,
+`--reps` times after a warm-up (seconds: cheap enough to compare two checkouts, interleaved, on a
+busy machine).
 """
 
 from __future__ import annotations
@@ -73,13 +77,36 @@ def run(variant: str, config_overrides: dict) -> dict:
     return {"variant": variant, "step_s": statistics.median(steps), "steps_timed": len(steps)}
 
 
+def grading_only(reps: int, completions: int = 64) -> dict:
+    """The sandbox variant's grading work for one step, alone: median and min wall seconds, and the
+    trainer's own CPU seconds, over `reps` timed calls of the pool after a warm-up."""
+    from tunix_lite.verifiers import VerifierPool, check_code
+
+    calls = [(PROGRAMS[i % len(PROGRAMS)], TESTS) for i in range(completions)]
+    walls, cpus = [], []
+    with VerifierPool(workers=2, timeout=5.0) as pool:
+        expected = pool.map(check_code, calls)
+        for _ in range(reps):
+            start, cpu = time.perf_counter(), time.process_time()
+            assert pool.map(check_code, calls) == expected
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+    return {"completions": completions, "grading_s": statistics.median(walls),
+            "grading_min_s": min(walls), "trainer_cpu_s": statistics.median(cpus)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="2 steps of 2 x 4 completions")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--reps", type=int, default=3, help="repetitions, the variants' order turned each")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON list")
+    parser.add_argument("--grading-only", action="store_true",
+                        help="time only the sandboxed grading of one step's 64 completions")
     args = parser.parse_args()
+    if args.grading_only:
+        print(json.dumps(grading_only(args.reps)))
+        return
     shape = dict(model="tiny", n_train=256, n_validation=8, n_accuracy=0, seq_len=128,
                  max_prompt_tokens=72, max_new_tokens=96, batch_size=8, group_size=8,
                  micro_batches=2, steps=args.steps, warmup_steps=1, beta=0.01, eval_every=0,

@@ -430,16 +430,18 @@ for fd in range(3, 64):
 os._exit(0)
 """
     errors, over = pool.stats["errors"], verifier_events()["over_limits"]
-    with VerifierPool(workers=1, timeout=1.0) as quick:
+    # 3 s for the 600 kB answer to cross the pipe on a loaded machine (at 1 s, a busy CI machine
+    # counted a timeout); before, decoding alone took the trainer 23 s of CPU whatever the timeout
+    with VerifierPool(workers=1, timeout=3.0) as quick:
         start, cpu = time.monotonic(), time.process_time()  # the trainer's own work: the decoding
         assert quick.map(check_code, [(forged, "assert f() == {1}")]) == [0.0]
-        assert time.process_time() - cpu < 1.0 and time.monotonic() - start < 10.0
-        assert quick.stats["errors"] == 1 and "share one hash" in quick.last_errors[-1]
+        assert time.process_time() - cpu < 1.0 and time.monotonic() - start < 10.0, quick.stats
+        assert quick.stats["errors"] == 1 and "share one hash" in quick.last_errors[-1], quick.stats
     assert verifier_events()["over_limits"] == over + 1 and pool.stats["errors"] == errors
     cpu = time.process_time()
     with pytest.raises(sandbox.OverLimits):  # a list of them, made a set by the test: refused here
         check_code(f"def f():\n    return [{COLLIDING} * i for i in range(1, 20001)]",
-                   "assert set(f()) == {1}", timeout=1.0)
+                   "assert set(f()) == {1}", timeout=3.0)
     assert time.process_time() - cpu < 1.0
 
 
@@ -450,10 +452,14 @@ def on_tmpfs(monkeypatch):
         monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
 
 
-def test_a_deep_tree_leaves_nothing_behind(on_tmpfs):
+@pytest.mark.parametrize("tmpfs", [True, False], ids=["private tmpfs", "folder"])
+def test_a_deep_tree_leaves_nothing_behind(tmpfs, on_tmpfs, monkeypatch):
     """Before: a folder 1,500 deep made the cleanup raise RecursionError, and the program's files
     stayed on disk after every completion that did it. Now the folder goes, at any depth, also
-    what the program made unreadable."""
+    what the program made unreadable: with its private tmpfs, or (no namespaces, or TMPFS off)
+    removed here by `remove_tree`."""
+    monkeypatch.setattr(sandbox, "TMPFS", tmpfs)
+    before = set(os.listdir(tempfile.gettempdir()))
     program = """
 import os
 top = os.getcwd()
@@ -468,6 +474,7 @@ def add(a, b): return a + b
 """
     outcome = sandbox.run_untrusted(program, [("eval", "top"), ("eval", "add(2, 2)")], timeout=10.0)
     assert outcome.values[1] == 4 and not os.path.exists(outcome.values[0])
+    assert set(os.listdir(tempfile.gettempdir())) <= before
 
 
 def test_remove_tree_takes_any_depth_width_and_mode(on_tmpfs):
