@@ -191,7 +191,8 @@ print("finished:", finished)
 
 # %%
 table = json.loads((OUTPUT / "report" / "table.json").read_text())
-for stage, row in table.items():
+for stage, entry in table.items():
+    row = entry["summary"]  # beside it: the stage's scaling curve and each prompt's greedy result
     unseen = "unseen" in row  # else every test prompt is unseen: accuracy is the unseen figure
     value, (low, high) = (row["unseen"], row["unseen_ci95"]) if unseen else (row["accuracy"], row["ci95"])
     n = row["n_unseen"] if unseen else row["n"]

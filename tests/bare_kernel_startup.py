@@ -5,8 +5,9 @@ Two things, before the notebook's first cell:
   (the repository, or its stand-in around the notebook's folder) but outside the notebook's own
   folder fails that cell with PermissionError, and is recorded in sys.source_tree_reads (a cell
   that catches the error is still caught by the last cell the test appends).
-- setup() returns the profile asked for (its name, so every branch a cell takes on it, and its
-  demo model) at the `ci` profile's sizes; once it has run (jax is up by then), every Trainer.fit
+- setup() returns the profile asked for (its name, so every branch a cell takes on it) with the
+  `ci` profile's sizes and demo model (the cpu profile's, Gemma 3 270M, is a download a runtime
+  makes, not a file of the source tree); once it has run (jax is up by then), every Trainer.fit
   stops after BARE_NOTEBOOK_STEPS steps: the profile's code paths, at a few steps each, compiling
   mostly the programs CI's own run of the notebooks compiles (the persistent cache shares them).
 """
@@ -48,8 +49,8 @@ def _setup_then_cap_steps(*args, **kwargs):
     profile = _setup(*args, **kwargs)
     ci = _course_setup.PROFILES["ci"]
     data = profile.mesh_shape["data"]
-    profile = dataclasses.replace(profile, steps=ci.steps, batch=-(-ci.batch // data) * data, seq=ci.seq,
-                                  gen_tokens=ci.gen_tokens)
+    profile = dataclasses.replace(profile, steps=ci.steps, batch=-(-ci.batch // data) * data,
+                                  seq=ci.seq, gen_tokens=ci.gen_tokens, demo_model=ci.demo_model)
     from tunix_lite.training.trainer import Trainer
 
     fit = Trainer.fit

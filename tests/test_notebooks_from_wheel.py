@@ -1,13 +1,13 @@
 """Every lesson and exercise notebook runs from the installed wheel alone, in an empty folder, along
-the code paths of the profiles a learner's Colab or Kaggle session takes (`cpu`, `tpu`; `profiles`).
+the code paths a learner's Colab or Kaggle session takes (the `cpu` profile's: PROFILE).
 
 What a learner has there: the notebook and tunix_lite's wheel, no repository. Each notebook is copied
 into a folder of its own and run top to bottom in a fresh venv that has the wheel installed and
 nothing of the checkout (tests/hosted_runtime.py). The folder around it stands in for the repository
 (links to its files), so a cell that reads ../configs, ../course or ../runs finds them, and fails:
 every file a cell opens or lists in the source tree outside its own folder raises PermissionError
-(an audit hook in the kernel, tests/bare_kernel_startup.py). A profile's branches run as they do on
-Colab or Kaggle, and each table a cell looks up by the profile's name gives its row; the sizes the
+(an audit hook in the kernel, tests/bare_kernel_startup.py). The profile's branches run as they do
+on Colab or Kaggle, and each table a cell looks up by the profile's name gives its row; the sizes the
 profile itself sets (steps, batch, sequence, generated tokens) are the `ci` profile's, and every
 training run stops after STEPS steps: minutes of CPU, not hours.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -42,21 +41,16 @@ TIMEOUT = 600  # seconds per cell
 NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist"}
 
 
-# A cell that looks up the profile by name (a size per profile, a branch for one other than ci)
-NAMED = re.compile(r'\[profile\.name\]|profile\.name\s*[!=]=\s*"(?!ci")')
-
-
-def profiles(path: Path) -> tuple[str, ...]:
-    """The profiles a notebook is run under. On a CPU machine the tpu profile takes the cpu profile's
-    branches (those on the backend need a TPU), so it runs only where a cell looks up the profile's
-    name beyond ci: there its rows (data sizes, prompts, steps) differ."""
-    cells = nbformat.read(path, as_version=4).cells
-    named = any(NAMED.search(c.source) for c in cells if c.cell_type == "code")
-    return ("cpu", "tpu") if named else ("cpu",)
+# The profile the notebooks run under: a hosted session's branches (every `profile.name != "ci"`).
+# On a CPU machine the tpu profile takes the same branches (those on the backend need a TPU) and
+# differs only in the rows of the tables looked up by its name (data sizes), which
+# test_every_table_a_notebook_looks_up_by_profile_has_a_row_for_each_profile checks without a run:
+# a tpu run of NB03, one of the four notebooks with such tables, cost 321 CPU s (its cpu run 269).
+PROFILE = "cpu"
 
 
 def _runs() -> list[tuple[Path, str]]:
-    return [(nb, profile) for nb in [*LESSONS, *EXERCISES] for profile in profiles(nb)]
+    return [(nb, PROFILE) for nb in [*LESSONS, *EXERCISES]]
 
 
 @pytest.fixture(scope="module")
