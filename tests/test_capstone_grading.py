@@ -28,9 +28,10 @@ def _verdicts(rng, n: int, rate: float) -> np.ndarray:
 def _run(folder: Path, *, n: int = 240, gain: float = 0.15, trained_on: int = 0,
          seed: int = 0) -> Path:
     """A pipeline output_dir with report/table.json for stages base, sft, grpo (grpo better than
-    sft by about `gain`), data/test.jsonl and pipeline.yaml, written by the pipeline's code."""
-    from tunix_lite.pipeline.run import _with_unseen
-    from tunix_lite.reasoning_eval import ReasoningReport, write_report
+    sft by about `gain`), data/test.jsonl and pipeline.yaml, written by the pipeline's report
+    writer. Each summary counts its test prompts as the pipeline does: `n`, and `n_unseen` of them
+    in no stage's training data (the first `trained_on` are)."""
+    from tunix_lite.evaluation import ReasoningReport, write_report
 
     rng = np.random.default_rng(seed)
     base = _verdicts(rng, n, 0.1)
@@ -39,8 +40,11 @@ def _run(folder: Path, *, n: int = 240, gain: float = 0.15, trained_on: int = 0,
     unseen = np.arange(n) >= trained_on
     reports = {}
     for stage, right in (("base", base), ("sft", sft), ("grpo", grpo)):
-        summary = {"accuracy": float(right.mean()), "n": n, "format": 1.0}
-        reports[stage] = _with_unseen(ReasoningReport(summary, {}, [], 1.0, right.tolist()), unseen)
+        summary = {"accuracy": float(right.mean()), "n": n, "format": 1.0,
+                   "n_seen": int((~unseen).sum()), "n_unseen": int(unseen.sum())}
+        if unseen.any():
+            summary["unseen"] = float(right[unseen].mean())
+        reports[stage] = ReasoningReport(summary, {}, [], 1.0, right.tolist())
     folder.mkdir(parents=True)
     write_report(reports, folder / "report")
     (folder / "data").mkdir()

@@ -129,7 +129,7 @@ FORBIDDEN = {  # the library's estimators, surrogates and aggregations (and its 
                       "tunix_lite.data.synthetic.reward_exact_match",
                       "tunix_lite.data.synthetic.reward_format",
                       "tunix_lite.data.synthetic.reward_reasoning_format"),
-    "choose_rl_tasks": ("tunix_lite.model_eval",),
+    "choose_rl_tasks": ("tunix_lite.evaluation.model_eval", "tunix_lite.model_eval"),
 }
 
 
