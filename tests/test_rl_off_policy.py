@@ -237,3 +237,17 @@ def test_asynchronous_rollouts_at_staleness_0_are_the_in_turn_run_and_log_their_
     # rollout 1 comes from weights 2 updates before its first step: measurably off-policy
     assert stale[2]["mismatch/kl_k3"] > 1e-6 and in_turn[2]["mismatch/kl_k3"] < 1e-5
     assert all(np.isfinite(h["loss"]) for h in stale)
+
+
+@pytest.mark.slow
+def test_on_a_split_mesh_rollouts_follow_the_staleness_schedule(tmp_path, run_mesh_checks):
+    """8 fake devices, training on 0-3 and sampling on 4-7 (tests/mesh_checks.py's check_grpo_async),
+    max_staleness 1: rollout k comes from the weights after max(0, k - 1) updates, one WeightSync per
+    rollout sends every parameter of exactly those weights (the snapshot, not the live model) to
+    devices 4-7, and each step logs its policy version and staleness."""
+    r = run_mesh_checks(tmp_path / "results.json", "check_grpo_async")["grpo/async"]
+    assert r["policy_version"] == [0, 0, 1, 2] and r["staleness"] == [0, 1, 1, 1], r
+    assert len(r["syncs"]) == 4, r["syncs"]
+    for sync in r["syncs"]:
+        assert sync["error"] == 0 and sync["devices"] == [4, 5, 6, 7] and sync["bytes"] == r["param_bytes"]
+    assert r["kl_k3"][0] < 1e-5 < max(r["kl_k3"][1:]) and all(np.isfinite(r["loss"]))
