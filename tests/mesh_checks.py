@@ -392,10 +392,58 @@ def check_grpo_split():
     }
 
 
+def check_grpo_async():
+    """run_grpo on the split mesh of check_grpo_split with `max_staleness: 1`: rollout k is sampled on devices 4-7
+    from the weights after max(0, k - 1) updates, on the producer's thread, while the trainer (devices 0-3) steps.
+    Records each step's policy version and staleness, and each weight sync: what it moved, where to, and whether
+    the rollout copy then equals the snapshot it was sent (the weights of that version, not the live ones)."""
+    import shutil
+
+    from tunix_lite.loading import ASSETS
+    from tunix_lite.rewards.functions import Rewards
+    from tunix_lite.rl import grpo, setup
+    from tunix_lite.rl.engine import SamplerEngine
+    from tunix_lite.weights.hf import save_hf_model
+
+    syncs = []
+
+    class WatchedEngine(SamplerEngine):
+        def sync_weights(self, model):
+            super().sync_weights(model)
+            copy = self.weights.model
+            syncs.append({
+                "bytes": self.weights.last["bytes"],
+                "error": max_error(host(nnx.state(model, nnx.Param)), host(nnx.state(copy, nnx.Param))),
+                "devices": sorted(d.id for d in copy.layers[0].mlp.up_proj.kernel.get_value().devices())})
+
+    policy = tempfile.mkdtemp()
+    config = get_config("tiny").replace(num_layers=1, embed_dim=64, mlp_dim=128, num_heads=2, head_dim=32)
+    save_hf_model(Transformer(config, rngs=nnx.Rngs(0)), policy)
+    shutil.copy(ASSETS / "tiny" / "tokenizer.model", policy)
+    run_config = grpo.GRPOConfig(
+        model=policy, n_train=16, n_validation=8, seq_len=80, max_new_tokens=8, batch_size=4, group_size=4,
+        steps=4, warmup_steps=0, learning_rate=0.01, beta=0.0, n_accuracy=0, n_test=0, eval_every=0, log_every=1,
+        seed=3, mesh="fsdp", rollout_mesh={"data": 2, "tensor": 2}, max_staleness=1,
+        rollout_correction="token_truncate")
+    setup.SamplerEngine = WatchedEngine  # where rl_setup builds the engine
+    try:
+        run = grpo.run_grpo(run_config, rewards=Rewards({"parity": first_token_parity}), verbose=False)
+    finally:
+        setup.SamplerEngine = SamplerEngine
+    RESULTS["grpo/async"] = {
+        "policy_version": [h["policy_version"] for h in run.history],
+        "staleness": [h["staleness"] for h in run.history],
+        "kl_k3": [h["mismatch/kl_k3"] for h in run.history],
+        "loss": [h["loss"] for h in run.history], "syncs": syncs,
+        "param_bytes": sum(x.nbytes for x in jax.tree.leaves(host(nnx.state(run.model, nnx.Param)))),
+    }
+
+
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
     start = time.perf_counter()
-    for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split, check_planner):
+    for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split, check_grpo_async,
+                  check_planner):
         if only and check.__name__ not in only:
             continue
         t = time.perf_counter()

@@ -63,16 +63,24 @@ def top_p_filter(logits: jax.Array, p: float | jax.Array) -> jax.Array:
     return jnp.where(logits >= threshold, logits, _NEG_INF)
 
 
-def sample_token(rng: jax.Array, logits: jax.Array, temperature, *, greedy: bool,
-                 top_k: int | None = None, top_p=None) -> jax.Array:
-    """logits [B, V] -> token ids [B]. temperature and top_p are traced; greedy/top_k are static."""
-    if greedy:
-        return jnp.argmax(logits, axis=-1)
+def sampling_logits(logits: jax.Array, temperature, *, top_k: int | None = None,
+                    top_p=None) -> jax.Array:
+    """logits [B, V] -> the logits of the distribution a token is drawn from: divided by the
+    temperature, then filtered (-inf outside top-k / the nucleus)."""
     logits = logits / temperature
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
+    return logits
+
+
+def sample_token(rng: jax.Array, logits: jax.Array, temperature, *, greedy: bool,
+                 top_k: int | None = None, top_p=None) -> jax.Array:
+    """logits [B, V] -> token ids [B]. temperature and top_p are traced; greedy/top_k are static."""
+    if greedy:
+        return jnp.argmax(logits, axis=-1)
+    logits = sampling_logits(logits, temperature, top_k=top_k, top_p=top_p)
     return first_argmax(logits + jax.random.gumbel(rng, logits.shape))  # the Gumbel-max trick
 
 
@@ -107,6 +115,7 @@ class DecodeState(NamedTuple):
     done: jax.Array  # [R] bool: the row has stopped (a stop token, or its total length)
     tokens: jax.Array  # [R, N] sampled ids, pad after the stop
     logprobs: jax.Array  # [R, N] log p(token) at temperature 1, 0 after the stop
+    sampled_logprobs: jax.Array  # [R, N] log q(token), q the distribution drawn from; 0 after
     lengths: jax.Array  # [R] generated tokens, the stop token included
 
 
@@ -117,8 +126,15 @@ def _decode(advance, logits: jax.Array, model_state, next_pos: jax.Array, rng: j
 
     logits [R, V]: the first new token's; next_pos [R]: its position (each row's prompt length).
     advance(model_state, step, token [R, 1], pos [R, 1]) -> (logits [R, V], model_state): the
-    logits of the token after `token`. Returns tokens, logprobs [R, N] and lengths [R]."""
+    logits of the token after `token`. Returns tokens, logprobs, sampled_logprobs [R, N] and
+    lengths [R]: log p at temperature 1 (the policy's), and log q of the distribution each token
+    was drawn from (temperature, top-k and top-p applied; 0 when greedy), the behaviour policy an
+    importance weight divides by. At temperature 1 with neither filter the two are equal."""
     R, N = logits.shape[0], max_new_tokens
+    top_p = top_p if strategy.use_top_p else None
+
+    def token_logprob(logits, token):  # [R, V], [R] -> [R]
+        return jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=-1)[:, 0]
 
     def cond(state: DecodeState):
         return (state.step < N) & ~jnp.all(state.done)
@@ -127,21 +143,30 @@ def _decode(advance, logits: jax.Array, model_state, next_pos: jax.Array, rng: j
         i = state.step
         rng, key = jax.random.split(state.rng)
         token = sample_token(key, state.logits, temperature, greedy=strategy.greedy,
-                             top_k=strategy.top_k, top_p=top_p if strategy.use_top_p else None)
-        logp = jnp.take_along_axis(jax.nn.log_softmax(state.logits), token[:, None], axis=-1)[:, 0]
+                             top_k=strategy.top_k, top_p=top_p)
+        logp = token_logprob(state.logits, token)
+        sampled_logp = (jnp.zeros_like(logp) if strategy.greedy else token_logprob(
+            sampling_logits(state.logits, temperature, top_k=strategy.top_k, top_p=top_p), token))
         token = jnp.where(state.done, pad, token)
         done = state.done | jnp.isin(token, stop_ids) | (next_pos + i + 1 >= total_limit)
         logits, model_state = advance(state.model_state, i, token[:, None], (next_pos + i)[:, None])
+
+        def record(values, new):  # column i; 0 for rows already stopped
+            return values.at[:, i].set(jnp.where(state.done, 0.0, new))
+
         return DecodeState(step=i + 1, logits=logits, model_state=model_state, rng=rng, done=done,
                            tokens=state.tokens.at[:, i].set(token),
-                           logprobs=state.logprobs.at[:, i].set(jnp.where(state.done, 0.0, logp)),
+                           logprobs=record(state.logprobs, logp),
+                           sampled_logprobs=record(state.sampled_logprobs, sampled_logp),
                            lengths=state.lengths + ~state.done)
 
     init = DecodeState(step=jnp.zeros((), jnp.int32), logits=logits, model_state=model_state,
                        rng=rng, done=jnp.zeros((R,), bool), tokens=jnp.full((R, N), pad, jnp.int32),
-                       logprobs=jnp.zeros((R, N), jnp.float32), lengths=jnp.zeros((R,), jnp.int32))
+                       logprobs=jnp.zeros((R, N), jnp.float32),
+                       sampled_logprobs=jnp.zeros((R, N), jnp.float32),
+                       lengths=jnp.zeros((R,), jnp.int32))
     final = jax.lax.while_loop(cond, body, init)
-    return final.tokens, final.logprobs, final.lengths
+    return final.tokens, final.logprobs, final.sampled_logprobs, final.lengths
 
 
 def _repeat(x: jax.Array, G: int) -> jax.Array:
@@ -153,10 +178,10 @@ def _generate(graphdef, state, prompt: jax.Array, positions: jax.Array, rng: jax
               temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array,
               total_limit: jax.Array, *, max_new_tokens: int, num_samples: int, pad: int,
               strategy: Strategy):
-    """prompt/positions [B, P] (left-padded, position -1 = pad) -> tokens, logprobs [B*G, N],
-    lengths [B*G] (row b*G + g is sample g of prompt b). A row also stops once its prompt plus
-    completion reach total_limit. One prefill per prompt fills the KV cache; each step then decodes
-    one token against it."""
+    """prompt/positions [B, P] (left-padded, position -1 = pad) -> tokens, logprobs,
+    sampled_logprobs [B*G, N], lengths [B*G] (row b*G + g is sample g of prompt b). A row also
+    stops once its prompt plus completion reach total_limit. One prefill per prompt fills the KV
+    cache; each step then decodes one token against it."""
     # a copy inside the trace: the caller's model is untouched
     model: Transformer = nnx.merge(graphdef, state)
     model.eval()  # no dropout while sampling, whatever mode the caller's model is in
@@ -228,6 +253,13 @@ class GenerateOutput:
     prompt_tokens: np.ndarray  # [R, P] each row's prompt, left-padded
     prompt_lengths: np.ndarray  # [R] each row's prompt length without the padding
     num_samples: int = 1
+    # [R, N] log q(token) under the distribution it was drawn from (temperature, top-k, top-p
+    # applied; 0 when greedy): the behaviour policy of RL's importance weights. None: as logprobs
+    sampled_logprobs: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.sampled_logprobs is None:  # an engine that reports temperature-1 log-probs only
+            self.sampled_logprobs = self.logprobs
 
     @property
     def mask(self) -> np.ndarray:
@@ -376,7 +408,7 @@ class Sampler:
             rows = shard_batch({k: np.concatenate([v, np.repeat(v[-1:], extra, axis=0)])
                                 for k, v in rows.items()}, mesh)
         with use_mesh(mesh):
-            out_tokens, logprobs, lengths = generate(
+            out_tokens, logprobs, sampled_logprobs, lengths = generate(
                 graphdef, state, jnp.asarray(rows["tokens"]), jnp.asarray(rows["positions"]),
                 jax.random.key(seed), jnp.float32(temperature or 1.0), jnp.float32(top_p or 1.0),
                 jnp.asarray(self.stop_ids, jnp.int32),
@@ -384,9 +416,10 @@ class Sampler:
                 max_new_tokens=int(max_new_tokens), num_samples=int(num_samples), pad=self.pad_id,
                 strategy=strategy)
         R = len(tokens) * int(num_samples)
-        out_tokens, logprobs, lengths = (to_host(x)[:R] for x in (out_tokens, logprobs, lengths))
+        out_tokens, logprobs, sampled_logprobs, lengths = (
+            to_host(x)[:R] for x in (out_tokens, logprobs, sampled_logprobs, lengths))
         texts = [self.tokenizer.decode([t for t in row[:n] if t not in self.stop_ids])
                  for row, n in zip(out_tokens, lengths)]
         G = int(num_samples)
         return GenerateOutput(texts, out_tokens, logprobs, lengths, np.repeat(tokens, G, axis=0),
-                              np.repeat([len(p) for p in ids], G), G)
+                              np.repeat([len(p) for p in ids], G), G, sampled_logprobs)

@@ -288,7 +288,7 @@ class Trajectories:
 
 class TrajectorySampler:
     """The agent's sampling for the RolloutStream: G trajectories of each prompt through the
-    calculator, from the engine's sampler (synced with `model` first), scored on the last reply."""
+    calculator, from the engine's sampler (which the stream syncs), scored on the last reply."""
 
     def __init__(self, config: AgentConfig, model, engine, prompts: Prompts, rewards,
                  tool: Calculator):
@@ -297,7 +297,6 @@ class TrajectorySampler:
 
     def __call__(self, index: Sequence[int], seed: int) -> Trajectories:
         c = self.config
-        self.engine.sync_weights(self.model)
         # multi-turn continues from token ids and stops on the chat's stop ids: the built-in
         # sampler's, not any RolloutEngine's
         trajectories = rollout(self.engine.sampler, [self.prompts.ids[i] for i in index],

@@ -38,8 +38,13 @@ this interface has to do:
   engine's dtype here, once per update, not per call (the built-in engine's
   `weights_dtype="bfloat16"` casts on the first call after an update).
 - The sampled tokens are then off-policy by the staleness of the engine's weights: zero steps when
-  syncing after every update (what `SamplerEngine` gives), one or more when rollout and training
-  overlap asynchronously.
+  syncing after every update, one or more when rollout and training overlap asynchronously (the
+  RL configs' `max_staleness:`; `tunix_lite.rl.asynchronous`). Then `sync_weights` is called with
+  a snapshot of the trainer's model taken at an earlier update (`nnx.clone`: the same arrays,
+  which later updates replace rather than change), and the engine samples that.
+- Report the log-probs of the distribution each token was drawn from (`sampled_logprobs`: after
+  temperature and top-k / top-p) if the engine can: GRPO measures the sampler-trainer mismatch on
+  them and can correct for it (`rollout_correction`, `tunix_lite.rl.losses.correction_weights`).
 
 Neither vLLM nor SGLang-JAX is a dependency of tunix_lite, and no stand-in pretends to be one: on a
 machine with them installed, an engine is a ~50-line class implementing this protocol.
@@ -65,13 +70,15 @@ class RolloutEngine(Protocol):
         A row also stops once its prompt plus completion hold max_total_tokens (None: no limit)."""
 
     def sync_weights(self, model: nnx.Module) -> None:
-        """Make the next `generate` sample from `model`'s current weights."""
+        """Make the next `generate` sample from `model`'s current weights (the trainer's model, or a
+        snapshot of it taken at an earlier update)."""
 
 
 class SamplerEngine:
     """The built-in engine: the KV-cache sampler, prompts left-padded to `prompt_len`, on the
     trainer's own model (mesh None) or on a copy of it on `mesh`, kept in step by sending the `wrt`
-    variables at each `sync_weights` (`self.weights.last`: what the last sync moved).
+    variables at each `sync_weights` (`self.weights.last`: what the last sync moved). Colocated,
+    `sync_weights(snapshot)` points the sampler at the snapshot: nothing is copied.
     weights_dtype: "float32" (or None) samples the weights as they are; "bfloat16" samples a
     bfloat16 copy, remade after each update (`Sampler`'s weights_dtype)."""
 
@@ -91,10 +98,11 @@ class SamplerEngine:
                                      max_total_tokens=max_total_tokens)
 
     def sync_weights(self, model: nnx.Module) -> None:
-        if model is not self.model:
-            raise ValueError("SamplerEngine samples the model it was built on; "
-                             "build a new engine for another one")
-        self.weights()  # colocated: nothing to copy, the sampler reads the model's live weights
+        if model is not self.model and nnx.graphdef(model) != nnx.graphdef(self.model):
+            raise ValueError("SamplerEngine samples the model it was built on (or a snapshot of "
+                             "it, nnx.clone); build a new engine for another one")
+        self.weights(model)
+        self.sampler.model = self.weights.model  # colocated: `model` itself, read where it is
 
 
 # -------------------------------------------------------------------- moving weights between meshes
@@ -143,7 +151,7 @@ class WeightSync:
     for full fine-tuning), resharded from the trainer's layout to the rollout's in chunks of at most
     `max_bytes`.
     Colocated (`mesh=None`): the rollout model IS the trainer's model (one set of weights, read live
-    by the sampler); a call sends nothing.
+    by the sampler), or the snapshot of it a call names; a call sends nothing.
 
         sync = WeightSync(trainer.model, rollout_mesh, wrt=trainer.wrt)
         sampler = Sampler(sync.model, tokenizer, mesh=rollout_mesh)
@@ -161,10 +169,11 @@ class WeightSync:
         self.model = nnx.clone(source)
         self.last = self._send(...)
 
-    def _send(self, filter) -> dict:
+    def _send(self, filter, source_model: nnx.Module | None = None) -> dict:
         targets = param_shardings(self.model, self.mesh, filter)
+        source_model = self.source if source_model is None else source_model
         source = {".".join(map(str, path)): var.get_value()
-                  for path, var in nnx.to_flat_state(nnx.state(self.source, filter))}
+                  for path, var in nnx.to_flat_state(nnx.state(source_model, filter))}
         moved, stats = reshard(source, targets, max_bytes=self.max_bytes)
         flat = nnx.to_flat_state(nnx.state(self.model, filter))
         for path, var in flat:
@@ -172,9 +181,13 @@ class WeightSync:
         nnx.update(self.model, nnx.from_flat_state(flat))
         return stats
 
-    def __call__(self) -> dict:
-        """Send the trained variables to the rollout copy.
-        Returns {"bytes", "chunks", "largest_chunk"}."""
-        if self.mesh is not None:
-            self.last = self._send(self.wrt)
+    def __call__(self, source: nnx.Module | None = None) -> dict:
+        """Send the trained variables of `source` to the rollout copy: the trainer's model as it is
+        now (None), or a snapshot of it taken at an earlier update (`nnx.clone`, sharing its
+        arrays: asynchronous rollouts). Colocated, the rollout model becomes `source` itself.
+        Returns {"bytes", "chunks", "largest_chunk"} of what moved."""
+        if self.mesh is None:
+            self.model = self.source if source is None else source
+        else:
+            self.last = self._send(self.wrt, source)
         return self.last

@@ -9,7 +9,8 @@ policy out.
 Each step of the loop, for B prompts:
   1. sample G completions of each from the live policy (the rollout engine: `tunix_lite.rl.engine`;
      on the trainer's devices, or with `rollout_mesh:` on devices of its own, the new weights sent
-     after each update);
+     after each update), or, with `max_staleness:`, from weights up to that many updates old,
+     sampled on a thread while the trainer steps (`tunix_lite.rl.asynchronous`);
   2. score them with the reward functions and turn the rewards into advantages, relative to the
      group;
   3. make fixed-length rows and take inner_iterations x mini_batches optimizer steps on `grpo_loss`
@@ -29,7 +30,14 @@ How this departs from GRPO as published (DeepSeekMath, arXiv 2402.03300), each a
   reward-model retraining.
 - `rollout_dtype: bfloat16` samples from a bfloat16 copy of the policy; pi_old in the ratio is still
   the trained model's own float log-probs (recomputed, never the sampler's), so the samples are
-  slightly off-policy, as with any bfloat16 inference engine.
+  slightly off-policy, as with any bfloat16 inference engine. So are rollouts `max_staleness`
+  updates old, and those of a temperature other than 1 (the loss scores the policy at 1). Every
+  step logs how far the sampler is from pi_old on its tokens (`mismatch/*`: KL k1 and k3, the
+  perplexity ratio, chi^2 per token and per sequence, the share of ratios outside
+  [1/cap, cap]), and `rollout_correction` weighs the surrogate by the truncated or masked
+  importance weight pi_old / pi_sampler (`tunix_lite.rl.losses.correction_weights`; "none" by
+  default, as published). With a correction, pi_old is the decoupled objective's proximal policy
+  (Hilton et al. 2021, arXiv 2110.00641): the weights the rollout's first update starts from.
 - With one optimizer step per rollout (the default), old log-probs are the current ones under
   stop_gradient: the ratio is exactly 1 and the clip never acts; it matters with inner_iterations or
   mini_batches > 1.
@@ -76,6 +84,20 @@ class GRPOConfig(RLConfig):
         False, "drop groups whose rewards are all equal and sample more prompts (DAPO)")
     max_refills: int = option(
         4, "dynamic sampling: extra rollouts tried per batch before training on fewer groups", ge=0)
+    rollout_correction: Literal["none", "token_truncate", "token_mask", "sequence_truncate",
+                                "sequence_mask"] = option(
+        "none", "weigh the surrogate by the sampler-to-policy importance ratio pi / pi_sampler per "
+                "token or per sequence, truncated at rollout_correction_cap or dropped beyond it "
+                "(tunix_lite.rl.losses.correction_weights); none: samples count as on-policy")
+    rollout_correction_cap: float = option(
+        2.0, "C: the largest importance weight kept; the mismatch metrics count the tokens whose "
+             "ratio leaves [1/C, C]", gt=1)
+    max_staleness: int | None = option(
+        None, "null: sample each rollout from the newest weights, then train on it (in turn); an "
+              "integer M: sample rollout k from the weights M updates before its first step, on a "
+              "thread while the trainer steps (at the same time on rollout_mesh: devices, sharing "
+              "them otherwise); 0 gives the in-turn run's numbers exactly", ge=0,
+        resume="free")
 
     def check(self) -> None:
         if self.group_size < 2:
@@ -90,13 +112,15 @@ def loss_from_config(config: GRPOConfig):
                              epsilon_high=config.epsilon_high, beta=config.beta,
                              kl_estimator=config.kl_estimator, aggregation=config.aggregation,
                              ratio_level=config.ratio_level, max_tokens=config.max_new_tokens,
-                             completion_tokens=config.max_new_tokens)
+                             completion_tokens=config.max_new_tokens,
+                             rollout_correction=config.rollout_correction,
+                             rollout_correction_cap=config.rollout_correction_cap)
 
 
 def grpo_rows(config: GRPOConfig, model, pad_id: int, weights: Mapping[str, float]):
-    """prepare(groups) for the stream: rows + group advantages (+ old log-probs when a rollout
-    feeds several optimizer steps), padded to batch_size x group_size rows. `weights`: each
-    reward's, by name."""
+    """prepare(groups) for the stream: rows + the sampler's log-probs of the tokens it drew
+    (rollout_logprobs) + group advantages (+ old log-probs when a rollout feeds several optimizer
+    steps), padded to batch_size x group_size rows. `weights`: each reward's, by name."""
     estimator = ESTIMATORS[config.advantage]
 
     def advantages(groups) -> np.ndarray:
@@ -106,7 +130,8 @@ def grpo_rows(config: GRPOConfig, model, pad_id: int, weights: Mapping[str, floa
         return np.asarray(estimator(groups.rewards, config.group_size))
 
     def prepare(groups):
-        rows = groups.rows(pad_id) | {"advantages": advantages(groups)}
+        rows = groups.rows(pad_id, rollout_logprobs=groups.output.sampled_logprobs)
+        rows["advantages"] = advantages(groups)
         rows = pad_batch(rows, config.batch_size * config.group_size)
         if config.steps_per_rollout > 1:
             rows["old_logprobs"] = old_log_probs(model, rows)
@@ -124,7 +149,8 @@ def run_grpo(config: GRPOConfig, *, rewards=None, verbose: bool = True) -> RunRe
     sampler = GroupSampler(config, model, setup.engine, setup.prompts, rewards)
     prepare = grpo_rows(config, model, padding_id(tokenizer), rewards.weights)
     stream = RolloutStream(config, sampler, prepare, dynamic_sampling=config.dynamic_sampling,
-                           max_refills=config.max_refills)
+                           max_refills=config.max_refills, rollout_lag=config.max_staleness or 0,
+                           asynchronous=config.max_staleness is not None)
     report = (f"{setup.prompts.report()} x {config.group_size} completions of <= "
               f"{config.max_new_tokens} tokens; rows of {sampler.row_len}; rewards "
               + " + ".join(f"{w:g} x {n}" for n, w in rewards.weights.items()))

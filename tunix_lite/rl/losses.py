@@ -18,6 +18,10 @@ A loss is built from three choices, each a small function below:
 `grpo_objective` puts the three together as the GRPO family's loss; `grpo_loss` reads its
 log-probs from a model and rollout rows (GRPO's driver and the agent both train on it). PPO's critic
 has `clipped_value_loss`.
+
+When the sampler is not exactly the trained policy (bfloat16 rollouts, an external engine, rollouts
+a few updates stale), `mismatch_metrics` measures how far apart the two are on the sampled tokens,
+and `correction_weights` gives the importance weights that correct the surrogate for it.
 """
 
 from __future__ import annotations
@@ -156,24 +160,129 @@ def aggregate(per_token: jax.Array, mask: jax.Array, mode: str, max_tokens: int 
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {mode!r}")
 
 
+# ------------------------------------------------------------ the sampler-trainer mismatch
+# Notation: y_t ~ mu, the sampler's distribution (the weights and kernels that made the rollout,
+# its temperature and filters applied: `GenerateOutput.sampled_logprobs`); pi the trained policy at
+# the weights the rollout's first update starts from (pi_old in the clipped ratio), its log-probs
+# recomputed by the trainer. delta_t = log pi(y_t) - log mu(y_t), rho_t = exp(delta_t).
+
+CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+# exp(2 x 20) ~ 2e17 still fits float32; a sequence's log-ratio beyond +-20 is an outlier already
+_SEQUENCE_LOG_RATIO_LIMIT = 20.0
+
+
+def rollout_log_ratio(train_logp: jax.Array, rollout_logp: jax.Array, mask: jax.Array,
+                      level: str = "token") -> jax.Array:
+    """delta_t = log pi(y_t) - log mu(y_t) on the completion tokens, 0 elsewhere [B, T]; level
+    "sequence": every token of a row gets the row's sum_t delta_t, the log of rho_seq."""
+    delta = (train_logp - rollout_logp) * mask.astype(jnp.float32)
+    if level == "sequence":
+        return jnp.broadcast_to(jnp.sum(delta, axis=-1, keepdims=True), delta.shape)
+    return delta
+
+
+def correction_weights(train_logp: jax.Array, rollout_logp: jax.Array, mask: jax.Array, *,
+                       mode: str, cap: float) -> jax.Array:
+    """Importance weights [B, T] that make samples of the sampler mu count as samples of the
+    trained policy pi, bounded by `cap` = C (> 1), for `mode` in CORRECTIONS:
+
+        token_truncate     w_t = min(rho_t, C)                       rho_t = pi(y_t) / mu(y_t)
+        token_mask         w_t = rho_t * 1[rho_t <= C]
+        sequence_truncate  w_t = min(rho_seq, C)   for every t of y,  rho_seq = prod_t rho_t
+        sequence_mask      w_t = rho_seq * 1[rho_seq <= C]
+        none               w_t = 1
+
+    The policy-gradient term of the loss is multiplied by w (a constant: no gradient flows
+    through it), so E_mu[w A grad log pi] is the on-policy gradient E_pi[A grad log pi] up to the
+    cap. Truncation trades that bias for bounded variance: the truncated importance weights of
+    IMPALA's V-trace (Espeholt et al. 2018, arXiv 1802.01561, whose rho-bar is C), which Yao et
+    al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", TIS,
+    fengyao.notion.site/off-policy-rl) apply per token to vLLM rollouts beside an FSDP trainer
+    (NeMo RL's `truncated_importance_sampling_ratio`). A mask drops a token, or a whole sequence,
+    whose ratio passes the cap instead of clipping it: masked importance sampling (MIS, the
+    follow-up "When Speed Kills Stability" by Liu, Li et al. 2025), which gives an outlier no say
+    at all. rho_seq is the likelihood ratio of the whole completion, exp(sum_t delta_t), as TRL's
+    `vllm_importance_sampling_mode` and ms-swift's `rollout_importance_sampling_mode` compute it
+    (the same four modes).
+
+    A dropped token keeps its place in the aggregation's count (its loss is 0), as in TRL. With
+    identical log-probs (one model, float32, nothing stale) every rho is exactly 1 and so is every
+    weight, in every mode. train_logp, rollout_logp, mask [B, T]."""
+    if mode not in CORRECTIONS:
+        raise ValueError(f"rollout_correction must be one of {CORRECTIONS}, got {mode!r}")
+    if mode == "none":
+        return jnp.ones_like(train_logp)
+    level = mode.partition("_")[0]  # token | sequence
+    ratio = jnp.exp(rollout_log_ratio(train_logp, rollout_logp, mask, level))
+    if mode.endswith("truncate"):
+        return jnp.minimum(ratio, cap)
+    return jnp.where(ratio <= cap, ratio, 0.0)
+
+
+def mismatch_metrics(train_logp: jax.Array, rollout_logp: jax.Array, mask: jax.Array, *,
+                     cap: float, aggregation: str = "token-mean") -> dict[str, jax.Array]:
+    """How far the sampler mu is from the trained policy pi on the sampled tokens, for the logs
+    (the names ms-swift and verl log, defined here on delta_t = log pi - log mu, rho_t = e^delta):
+
+        mismatch/kl_k1          mean_t(-delta_t)                 KL(mu || pi): Schulman's k1
+        mismatch/kl_k3          mean_t(rho_t - 1 - delta_t)      KL(mu || pi): k3, never < 0
+        mismatch/chi2_token     mean_t(rho_t^2) - 1              chi^2(pi || mu) per token
+        mismatch/outside_cap    mean_t 1[rho_t > C or rho_t < 1/C]
+        mismatch/ppl_ratio      mean_i exp(-mean_{t in y_i} delta_t)   PPL_pi / PPL_mu per sequence
+        mismatch/chi2_sequence  mean_i exp(2 sum_{t in y_i} delta_t) - 1  chi^2 of whole sequences
+
+    Token means follow `aggregation` as the loss's other metrics do (a mean over tokens, or over
+    sequences of their token means); sequence metrics are means over the rows that hold a
+    completion. Each is 0 (the ratio 1) exactly when the two log-probs are equal. The sequence
+    log-ratio is clipped to +-20 before squaring, so one runaway sequence reads as e^40, not inf.
+    train_logp, rollout_logp, mask [B, T]."""
+    mask = mask.astype(jnp.float32)
+    delta = rollout_log_ratio(train_logp, rollout_logp, mask)
+    ratio = jnp.exp(delta)
+    token_mode = "token-mean" if aggregation == "token-mean" else "sequence-mean-token-mean"
+    tokens = jnp.sum(mask, axis=-1)
+    present = (tokens > 0).astype(jnp.float32)
+
+    def over_sequences(x):  # [B] -> the mean over rows with a completion
+        return jnp.sum(x * present) / jnp.maximum(jnp.sum(present), 1.0)
+
+    outside = (ratio > cap) | (ratio < 1.0 / cap)
+    sequence_log_ratio = jnp.clip(jnp.sum(delta, axis=-1), -_SEQUENCE_LOG_RATIO_LIMIT,
+                                  _SEQUENCE_LOG_RATIO_LIMIT)
+    return {
+        "mismatch/kl_k1": aggregate(-delta, mask, token_mode)[0],
+        "mismatch/kl_k3": aggregate(ratio - 1.0 - delta, mask, token_mode)[0],
+        "mismatch/chi2_token": aggregate(jnp.square(ratio), mask, token_mode)[0] - 1.0,
+        "mismatch/outside_cap": aggregate(outside.astype(jnp.float32), mask, token_mode)[0],
+        "mismatch/ppl_ratio": over_sequences(
+            jnp.exp(-jnp.sum(delta, axis=-1) / jnp.maximum(tokens, 1.0))),
+        "mismatch/chi2_sequence": over_sequences(jnp.exp(2.0 * sequence_log_ratio)) - 1.0,
+    }
+
+
 # ----------------------------------------------------------------------- the GRPO family's loss
 
 
 def grpo_objective(logp, old_logp, reference_logp, advantages, mask, *, epsilon_low: float = 0.2,
                    epsilon_high: float = 0.2, beta: float = 0.0, kl_estimator: str = "k3",
                    aggregation: str = "sequence-mean-token-mean", ratio_level: str = "token",
-                   max_tokens: int | None = None):
+                   max_tokens: int | None = None, rollout_logp=None,
+                   rollout_correction: str = "none", rollout_correction_cap: float = 2.0):
     """The GRPO family's loss from log-probs [B, T] (policy, old policy, reference: None when
     beta = 0), advantages [B] and the completion mask [B, T] (DeepSeekMath, arXiv 2402.03300,
     eq. 3):
 
-        l_t = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t(pi || pi_ref)
+        l_t = -w_t min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A)
+              + beta * KL_t(pi || pi_ref)
 
     aggregated over tokens and sequences by `aggregation` (`aggregate` above), which also fixes
     the count. The options are the departures from the published loss that `tunix_lite.rl.grpo`'s
-    header maps to config keys. Returns (loss, metrics): loss, count, kl, ratio, and clipped (the
-    fraction of tokens whose gradient the clip removed), each metric a mean over the loss's own
-    units (tokens, or sequences then tokens).
+    header maps to config keys. rollout_logp [B, T]: the sampler's own log-probs of the tokens
+    (None: not kept); with them the metrics add `mismatch_metrics` between the sampler and pi_old,
+    and `rollout_correction` weighs the surrogate by w_t = `correction_weights` (1 with "none").
+    The KL term is not weighted, as in TRL. Returns (loss, metrics): loss, count, kl, ratio, and
+    clipped (the fraction of tokens whose gradient the clip removed), each metric a mean over the
+    loss's own units (tokens, or sequences then tokens).
     """
     per_token, ratio, clipped = clipped_surrogate(logp, old_logp, advantages, mask,
                                                   eps_low=epsilon_low, eps_high=epsilon_high,
@@ -181,6 +290,23 @@ def grpo_objective(logp, old_logp, reference_logp, advantages, mask, *, epsilon_
     metrics_mode = "token-mean" if aggregation == "token-mean" else "sequence-mean-token-mean"
     metrics = {"ratio": aggregate(ratio, mask, metrics_mode)[0],
                "clipped": aggregate(clipped.astype(logp.dtype), mask, metrics_mode)[0]}
+    if rollout_logp is not None:
+        proximal = jax.lax.stop_gradient(old_logp)
+        metrics |= mismatch_metrics(proximal, rollout_logp, mask, cap=rollout_correction_cap,
+                                    aggregation=aggregation)
+        if rollout_correction != "none":
+            weights = correction_weights(proximal, rollout_logp, mask, mode=rollout_correction,
+                                         cap=rollout_correction_cap)
+            per_token = per_token * weights
+            level = rollout_correction.partition("_")[0]
+            # the tokens whose weight the cap changed (truncated, or dropped by the mask)
+            capped = weights != jnp.exp(rollout_log_ratio(proximal, rollout_logp, mask, level))
+            metrics["correction/weight"] = aggregate(weights, mask, metrics_mode)[0]
+            metrics["correction/capped"] = aggregate(capped.astype(logp.dtype), mask,
+                                                     metrics_mode)[0]
+    elif rollout_correction != "none":
+        raise ValueError(f"rollout_correction={rollout_correction!r} needs the sampler's "
+                         "log-probs (rollout rows with rollout_logprobs)")
     if beta:
         kl = KL_ESTIMATORS[kl_estimator](logp, reference_logp)
         per_token = per_token + beta * kl
@@ -200,9 +326,10 @@ def completion_span(mask: jax.Array, length: int) -> tuple[jax.Array, jax.Array]
 
 def grpo_loss(model, batch: dict, frozen, *, completion_tokens: int | None = None, **options):
     """`grpo_objective` on rollout rows {inputs, targets, weights, positions, segment_ids [B, T],
-    advantages [B][, old_logprobs [B, T]]} (`weights` = the completion mask); frozen: the reference
-    policy (None when beta = 0). Without old_logprobs the ratio is exp(logp - stop_gradient(logp))
-    = 1: one optimizer step per rollout.
+    advantages [B][, old_logprobs, rollout_logprobs [B, T]]} (`weights` = the completion mask);
+    frozen: the reference policy (None when beta = 0). Without old_logprobs the ratio is
+    exp(logp - stop_gradient(logp)) = 1: one optimizer step per rollout. rollout_logprobs: the
+    sampler's log-probs of the tokens (`mismatch_metrics`, `rollout_correction`).
 
     completion_tokens: the completion budget N when each row's completion is one run of at most N
     positions (GRPO's single-turn rows). The network still reads all T positions, but the lm head,
@@ -227,7 +354,9 @@ def grpo_loss(model, batch: dict, frozen, *, completion_tokens: int | None = Non
     old = (gather(batch["old_logprobs"]) if "old_logprobs" in batch
            else jax.lax.stop_gradient(logp))
     reference = jax.lax.stop_gradient(log_probs(frozen)) if options.get("beta") else None
-    return grpo_objective(logp, old, reference, batch["advantages"], mask, **options)
+    rollout = gather(batch["rollout_logprobs"]) if "rollout_logprobs" in batch else None
+    return grpo_objective(logp, old, reference, batch["advantages"], mask, rollout_logp=rollout,
+                          **options)
 
 
 # ----------------------------------------------------------------------------- the critic (PPO)

@@ -11,12 +11,14 @@ rollout program and the train step each compile once per run, whatever the promp
 (`tunix_lite.data.rollouts`). Shared by GRPO, PPO and the agent (whose config, `RLConfig`, is in
 `tunix_lite.rl.config`): the seam where an algorithm supplies its sampling (`RolloutSampler`:
 `GroupSampler` here, the agent's multi-turn `TrajectorySampler`), and the one batch stream that
-turns rollouts into optimizer steps (`RolloutStream`).
+turns rollouts into optimizer steps (`RolloutStream`), in turn or sampled ahead on a thread
+(`tunix_lite.rl.asynchronous`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
@@ -27,6 +29,7 @@ from flax import nnx
 from tunix_lite.chat import format_chat
 from tunix_lite.data.rollouts import rollout_rows
 from tunix_lite.rewards.functions import Rewards
+from tunix_lite.rl.asynchronous import PolicyVersions, RolloutProducer
 from tunix_lite.rl.config import RLConfig  # noqa: F401 - its former home, for older imports
 from tunix_lite.rl.engine import RolloutEngine
 from tunix_lite.sampler import GenerateOutput
@@ -134,6 +137,7 @@ class Groups:
         out = self.output
         output = dataclasses.replace(out, texts=[out.texts[r] for r in rows],
                                      tokens=out.tokens[rows], logprobs=out.logprobs[rows],
+                                     sampled_logprobs=out.sampled_logprobs[rows],
                                      lengths=out.lengths[rows],
                                      prompt_tokens=out.prompt_tokens[rows],
                                      prompt_lengths=out.prompt_lengths[rows])
@@ -148,7 +152,8 @@ class Groups:
         output = dataclasses.replace(
             first.output, texts=[t for o in outs for t in o.texts],
             **{f: np.concatenate([getattr(o, f) for o in outs])
-               for f in ("tokens", "logprobs", "lengths", "prompt_tokens", "prompt_lengths")})
+               for f in ("tokens", "logprobs", "sampled_logprobs", "lengths", "prompt_tokens",
+                         "prompt_lengths")})
         return Groups(output, [r for p in parts for r in p.records],
                       np.concatenate([p.rewards for p in parts]),
                       {k: np.concatenate([p.parts[k] for p in parts]) for k in first.parts},
@@ -225,17 +230,20 @@ class Rollout(Protocol):
 
 class RolloutSampler(Protocol):
     """What a RolloutStream samples with: `GroupSampler` through a rollout engine (GRPO, PPO), or
-    the agent's `TrajectorySampler` through its environment."""
+    the agent's `TrajectorySampler` through its environment. The stream moves the weights: it calls
+    `engine.sync_weights` with `model` (or a snapshot of it) before each rollout."""
 
     prompts: Prompts
+    model: nnx.Module  # the policy being trained
+    engine: RolloutEngine  # where the samples come from
 
     def __call__(self, index: Sequence[int], seed: int) -> Rollout:
-        """The samples of prompts[index] from the model's current weights, drawn with `seed`."""
+        """The samples of prompts[index] from the engine's weights, drawn with `seed`."""
 
 
 class GroupSampler:
-    """G completions of each prompt from the engine (synced with `model` first), each cut where its
-    training row of row_len tokens ends, scored: GRPO's and PPO's rollouts (`sample_groups`)."""
+    """G completions of each prompt from the engine, each cut where its training row of row_len
+    tokens ends, scored: GRPO's and PPO's rollouts (`sample_groups`)."""
 
     def __init__(self, config, model: nnx.Module, engine: RolloutEngine, prompts: Prompts,
                  rewards: Rewards):
@@ -245,7 +253,6 @@ class GroupSampler:
 
     def __call__(self, index: Sequence[int], seed: int) -> Groups:
         c = self.config
-        self.engine.sync_weights(self.model)
         return sample_groups(self.engine, self.prompts, index, self.rewards,
                              group_size=c.group_size, max_new_tokens=c.max_new_tokens,
                              row_len=self.row_len, temperature=c.temperature, top_k=c.top_k,
@@ -289,40 +296,47 @@ def rollout_seed(seed: int, rollout: int, attempt: int = 0) -> int:
 
 
 class RolloutStream:
-    """The batch stream of every RL run (GRPO, PPO, the agent): rollout k, sampled from the live
-    model, feeds optimizer steps k*S + 1 ... (k+1)*S, where S = inner_iterations x mini_batches.
-    The stream owns what the algorithms share: which prompts each rollout draws and its seed,
-    resuming mid-rollout, the mini-batches, and each step's rollout statistics (`metrics(step)`,
-    for Trainer.fit's host_metrics).
+    """The batch stream of every RL run (GRPO, PPO, the agent): rollout k feeds optimizer steps
+    k*S + 1 ... (k+1)*S, where S = inner_iterations x mini_batches. The stream owns what the
+    algorithms share: which prompts each rollout draws and its seed, which weights sample it and
+    when they move to the sampler, resuming mid-rollout, the mini-batches, and each step's rollout
+    statistics (`metrics(step)`, for Trainer.fit's host_metrics).
 
     sampler(index, seed) -> rollout: the algorithm's sampling (a `RolloutSampler`).
-    prepare(rollout) -> rows: the algorithm's part (advantages, old log-probs, values), B * G rows.
+    prepare(rollout) -> rows: the algorithm's part (advantages, old log-probs, values), B * G rows;
+    always run on the trainer's side, with its weights as they are before the rollout's first step.
     dynamic_sampling: DAPO's filter, for a sampler of `Groups`. Groups whose rewards are all equal
     are dropped and more prompts are drawn (at most `max_refills` extra rollouts) until B groups
     carry signal; if they never do, the rollout trains on the groups it has plus zero-weight
     padding rows.
 
     Staleness: `lag(step)` is how many optimizer updates the weights that sampled a step's rollout
-    trail the weights that step updates. Here each rollout is sampled from the live model just
-    before its first step, so the lag is (step - 1) % S, which the old log-probs (taken at sampling
-    time) correct for. `rollout_lag` is how many updates more a rollout may trail when it is
-    sampled: 0 here; an asynchronous sampler, drawing rollout k + 1 while rollout k trains, has S.
+    trail the weights that step updates (logged as `staleness`, beside the rollout's
+    `policy_version`). `rollout_lag` = max_staleness: rollout k is sampled from the weights
+    rollout_lag updates before its first step (`PolicyVersions`, the one rule for it), 0 by
+    default: the live weights right before. asynchronous: sample each rollout on a thread as soon
+    as its weights exist (`RolloutProducer`), while the trainer steps on earlier ones; otherwise in
+    line, when the trainer needs it. Both give the same numbers (`timeline` says when each
+    rollout's weights were taken, synced and sampled).
     """
 
     def __init__(self, config, sampler: RolloutSampler, prepare, *,
-                 dynamic_sampling: bool = False, max_refills: int = 0, rollout_lag: int = 0):
+                 dynamic_sampling: bool = False, max_refills: int = 0, rollout_lag: int = 0,
+                 asynchronous: bool = False):
         if rollout_lag < 0:
             raise ValueError(f"rollout_lag: {rollout_lag} updates; a rollout cannot be sampled "
                              "from weights newer than the step that trains on it")
         self.config, self.sampler, self.prepare = config, sampler, prepare
         self.dynamic_sampling, self.max_refills = dynamic_sampling, max_refills
-        self.rollout_lag = rollout_lag
+        self.rollout_lag, self.asynchronous = rollout_lag, asynchronous
+        self.versions = PolicyVersions(config.steps_per_rollout if config else 1, rollout_lag)
+        self.timeline: list[dict] = []  # one entry per rollout sampled: times are perf_counter()
         self._metrics: dict[int, dict] = {}
 
     def lag(self, step: int) -> int:
         """Optimizer updates between the weights that sampled step `step`'s rollout (steps count
         from 1) and the weights the step updates."""
-        return self.rollout_lag + (step - 1) % self.config.steps_per_rollout
+        return self.versions.staleness(step)
 
     def sample(self, rollout: int, index: Sequence[int], attempt: int = 0) -> Rollout:
         return self.sampler(index, rollout_seed(self.config.seed, rollout, attempt))
@@ -346,9 +360,20 @@ class RolloutStream:
         return groups.select(range(min(have, B))), stats | {"kept_groups": min(have, B) / B,
                                                             "rollouts": float(attempt + 1)}
 
+    def _sample_job(self, rollout: int, job: dict) -> tuple[Rollout, dict]:
+        """One rollout on the sampler's side: its weights into the engine, then sample and score."""
+        job["started"] = time.perf_counter()
+        self.sampler.engine.sync_weights(job.pop("weights"))
+        job["synced"] = time.perf_counter()
+        result = self.rollout(rollout, job["index"])
+        job["sampled"] = time.perf_counter()
+        return result
+
     def batches(self, start_step: int = 0):
         """The optimizer steps' batches from step start_step + 1 on: a resumed run redraws the
-        rollout it stopped in (same prompts, same seed) and skips the steps it already took."""
+        rollout it stopped in (same prompts, same seed) and skips the steps it already took. A
+        resumed run with rollout_lag > 0 samples its first rollouts from the restored weights
+        (older ones are gone): it continues exactly only with rollout_lag 0."""
         from tunix_lite.data.batches import Batches
 
         c = self.config
@@ -356,16 +381,48 @@ class RolloutStream:
         order = Batches(len(self.sampler.prompts), lambda o: {"index": np.asarray(o)},
                         c.batch_size, seed=c.seed, drop_last=True)
         first, skip = divmod(start_step, S)
-        for k, prompt_batch in enumerate(order.stream(start=first), start=first):
-            rollout, extra = self.rollout(k, prompt_batch["index"])
-            rows = self.prepare(rollout)
-            stats = rollout.stats() | extra
-            passes = mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))
-            for i, batch in enumerate(passes):
-                if k == first and i < skip:
-                    continue
-                self._metrics[k * S + i + 1] = stats
-                yield batch
+        self.versions = versions = PolicyVersions(S, self.rollout_lag, start=start_step)
+        upcoming = ((k, b["index"]) for k, b in enumerate(order.stream(start=first), start=first))
+        waiting = next(upcoming)  # the next rollout whose weights do not exist yet
+        producer = RolloutProducer(self._sample_job, threaded=self.asynchronous)
+        jobs: dict[int, dict] = {}  # submitted, not yet trained on
+
+        def publish(version: int, needed: int) -> None:
+            """The trainer's weights are now `version`: hand a snapshot of them to every rollout
+            sampled from it (the only place weights leave the trainer). Rollouts past the run's
+            last step are not sampled unless the trainer asks for them (`needed`)."""
+            nonlocal waiting
+            while versions.version(waiting[0]) <= version and (
+                    waiting[0] * S < c.steps or waiting[0] <= needed):
+                k, index = waiting
+                job = {"rollout": k, "version": versions.version(k), "index": index,
+                       "published": time.perf_counter(),
+                       "weights": nnx.clone(self.sampler.model)}  # shares the arrays: no copy
+                self.timeline.append(job)
+                jobs[k] = job
+                producer.submit(k, job)
+                waiting = next(upcoming)
+
+        version = start_step  # updates the trainer's weights have had
+        try:
+            for k in itertools.count(first):
+                publish(version, k)
+                asked = time.perf_counter()
+                rollout, extra = producer.result(k)
+                jobs.pop(k)["waited"] = time.perf_counter() - asked  # the trainer's side idle
+                rows = self.prepare(rollout)
+                stats = rollout.stats() | extra | {"policy_version": float(versions.version(k))}
+                passes = mini_batches(rows, c.inner_iterations, c.mini_batches, (c.seed, k))
+                for i, batch in enumerate(passes):
+                    if k == first and i < skip:
+                        continue
+                    step = k * S + i + 1
+                    self._metrics[step] = stats | {"staleness": float(versions.staleness(step))}
+                    yield batch
+                    version += 1  # the trainer asks for the next batch once it has sent this step
+                    publish(version, k + 1)
+        finally:
+            producer.close()
 
     def metrics(self, step: int) -> dict:
         return self._metrics.pop(step, {})
