@@ -496,8 +496,26 @@ display(Markdown(real_tasks.partition("\n## TRL beside us")[0]))  # TRL's part c
 #
 # One-digit products and sums of two numbers up to 99 have room beyond guessing. There, 50 GRPO steps took
 # held-out greedy accuracy from 0.20 to 0.37 on 502 prompts of a fresh seed, beyond the intervals, almost all of
-# it on the multiplication table (0.40 to 0.95), whose 100 questions the model had half learned. On sums it had
-# never seen in training it gained little.
+# it on the multiplication table (0.40 to 0.95), whose 100 questions the model had half learned.
+#
+# **Predict, then look.** Every one of those 100 products was also a training question. Will sums that no run
+# ever trained on improve as well?
+#
+# A test prompt is *seen* when the same question (lower-cased, spaces collapsed; for reasoning-gym, the expression
+# it asks) occurs in any data the model trained on, the runs it started from included, and *unseen* when it occurs
+# in none. Only unseen prompts measure a skill rather than recall. On a fresh seed (99, 1,000 prompts, 495
+# distinct), `--exclude course/results/rl_models/grpo` drops the 248 that GRPO's or its warm-up's data asks. On
+# the 247 left, all sums, the warm-up scores 0.04 [0.02, 0.07] and GRPO 0.06 [0.03, 0.09]: a paired change of
+# +0.02 [-0.02, +0.05], inside its interval. These 50 steps taught answers, not a skill that carries to new
+# questions. To hold questions out by construction, add `split=train` to the spec you train on and `split=test`
+# to the one you test on: a hash of each question fixes its side, so no seed of the test side asks a training
+# question, and `tunix-lite run` refuses a test set that its training data asks.
+#
+# ```
+# tunix-lite eval --model course/results/rl_models/grpo --max-new-tokens 32 \
+#   --data 'reasoning_gym:products,chain_sum?size=1000&seed=99&products.max_digits=1&chain_sum.max_terms=2&chain_sum.max_digits=2' \
+#   --exclude course/results/rl_models/grpo     # and --model course/results/rl_models/warmup
+# ```
 #
 # Dr. GRPO and RLOO, from the same start on the same prompts, land in the same place (0.39 and 0.36): their
 # intervals overlap GRPO's, so on this task no estimator is measurably better. The curves below show why the three
