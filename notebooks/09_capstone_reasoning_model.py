@@ -170,7 +170,16 @@ print(f"\n{pair['prompt']}\n  chosen:   {pair['chosen']}\n  rejected: {pair['rej
 #
 # ## 3. Did the reasoning improve?
 #
-# One row per model, measured on the same held-out prompts: greedy accuracy with its 95% interval, its change
+# First, what the test prompts are. A test prompt is *seen* when the same question (lower-cased, spaces
+# collapsed) occurs in any data a stage, or the model it started from, trained on, and *unseen* when it occurs in
+# none: only unseen prompts measure a skill rather than recall. Before any training, `tunix-lite run` counts the
+# test prompts each stage's data asks (`report/decontamination.json`) and refuses a test set that overlaps, in
+# one line, unless the config says `evaluation.allow_overlap: true`; the table then scores the seen prompts in a
+# column of their own. This pipeline's synthetic test split is held out by construction, so every prompt is
+# unseen. For reasoning-gym specs and files, `split=train` and `split=test` do the same: a hash of each
+# question fixes its side.
+#
+# One row per model, measured on the same unseen prompts: greedy accuracy with its 95% interval, its change
 # from the row above (paired prompt by prompt, with its own interval: a stage helped or hurt only where that
 # interval excludes 0), pass@1 and pass@k over k samples, maj@k (the majority answer of k samples), the format
 # rate (the tagged answer ends the reply), the reasoning-marker rate (a closed `<reasoning>` block) and the reply
