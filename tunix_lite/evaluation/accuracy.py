@@ -48,6 +48,27 @@ def distinct_prompts(records: Iterable[Mapping], limit: int | None = None) -> li
     return kept
 
 
+def generate_in_batches(sampler: Sampler, prompts: Sequence[str], batch_size: int,
+                        max_new_tokens: int, *, num_samples: int = 1, temperature: float = 0.0,
+                        top_p: float | None = None, seed: int = 0,
+                        progress=None) -> tuple[list[str], list[int]]:
+    """(texts, token lengths) of num_samples replies per prompt (prompt p's are rows
+    p*num_samples ... + num_samples-1), batch_size prompts a call: the last batch is padded by
+    repeating a prompt, so every call has one shape and compiles once. `progress` (a tqdm bar or
+    None) counts the prompts answered."""
+    texts, lengths = [], []
+    for start in range(0, len(prompts), batch_size):
+        chunk = list(prompts[start:start + batch_size])
+        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))
+        out = sampler.generate(padded, max_new_tokens, num_samples=num_samples,
+                               temperature=temperature, top_p=top_p, seed=seed + start)
+        texts += out.texts[:len(chunk) * num_samples]
+        lengths += out.lengths[:len(chunk) * num_samples].tolist()
+        if progress is not None:
+            progress.update(len(chunk))
+    return texts, lengths
+
+
 class TaskEval:
     """Greedy answers to `records` ({"prompt", "answer"[, "completion", "domain"]}) scored by
     `reward_fn` (default: exact match of the tagged answer) and by format. One sampler and fixed
@@ -87,15 +108,9 @@ class TaskEval:
         """num_samples replies per record (record r's are rows r*num_samples ... + num_samples-1),
         greedy unless a temperature is given; `progress` (a tqdm bar or None) counts the prompts
         answered."""
-        texts = []
-        for start in range(0, len(self.prompts), self.batch_size):
-            chunk = self.prompts[start:start + self.batch_size]
-            padded = chunk + [chunk[-1]] * (self.batch_size - len(chunk))
-            out = self.sampler.generate(padded, self.max_new_tokens, num_samples=num_samples,
-                                        temperature=temperature, seed=seed + start)
-            texts += out.texts[:len(chunk) * num_samples]
-            if progress is not None:
-                progress.update(len(chunk))
+        texts, _ = generate_in_batches(self.sampler, self.prompts, self.batch_size,
+                                       self.max_new_tokens, num_samples=num_samples,
+                                       temperature=temperature, seed=seed, progress=progress)
         return texts
 
     def __call__(self, model: nnx.Module | None = None, *, progress=None) -> dict[str, float]:

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tunix_lite.chat import format_chat
-from tunix_lite.evaluation.accuracy import TaskEval
+from tunix_lite.evaluation.accuracy import TaskEval, generate_in_batches
 from tunix_lite.evaluation.statistics import best_of_k, pass_and_majority
 from tunix_lite.rewards.judge import RIGHT, verdict_for
 from tunix_lite.rewards.tags import answer_of, has_reasoning, reward_exact_match, reward_format
@@ -89,18 +89,9 @@ def sample_completions(model, tokenizer, records: Sequence[Mapping], *, samples:
     `progress` (a tqdm bar, or None) counts the prompts answered."""
     prompts = [format_chat(tokenizer, [{"role": "user", "content": r["prompt"]}], template=template)
                for r in records]
-    sampler = Sampler(model, tokenizer)
-    completions, lengths = [], []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i:i + batch_size]
-        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one batch shape: one compile
-        out = sampler.generate(padded, max_new_tokens, num_samples=samples, temperature=temperature,
-                               top_p=top_p, seed=seed + i)
-        completions += out.texts[:len(chunk) * samples]
-        lengths += out.lengths[:len(chunk) * samples].tolist()
-        if progress is not None:
-            progress.update(len(chunk))
-    return completions, lengths
+    return generate_in_batches(Sampler(model, tokenizer), prompts, batch_size, max_new_tokens,
+                               num_samples=samples, temperature=temperature, top_p=top_p,
+                               seed=seed, progress=progress)
 
 
 def evaluate_reasoning(model, tokenizer, records: Sequence[Mapping], *, samples: int = 16,
