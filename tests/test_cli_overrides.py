@@ -127,7 +127,10 @@ def test_a_pipelines_settings_are_saved_in_its_pipeline_yaml(tmp_path, monkeypat
 
     loaded = pipelines.load_pipeline(CAPSTONE, settings=["stages.2.steps=50"],
                                      output_dir=str(tmp_path / "run"))
-    monkeypatch.setattr(pipelines.run, "prepare_data", stop_with)  # pipeline.yaml is written before it
+    # pipeline.yaml is written once the data is ready and decontaminated, before any evaluation
+    # or training
+    monkeypatch.setattr(pipelines.run, "_evaluate", stop_with)
+    monkeypatch.setattr(pipelines.run, "_train_stage", stop_with)
     with pytest.raises(Stop):
         pipelines.run_pipeline(loaded, verbose=False)
     saved = yaml.safe_load((tmp_path / "run" / "pipeline.yaml").read_text())

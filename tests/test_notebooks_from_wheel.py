@@ -128,7 +128,7 @@ def run_bare(bare: dict, notebook: nbformat.NotebookNode, name: str, profile: st
 def reports(bare, request) -> dict[tuple[str, str], dict]:
     """Every selected run (all, or those `-k` picks), WORKERS at a time; prints what each cost."""
     test = test_the_notebook_runs_from_the_wheel_in_an_empty_folder.__name__
-    selected = [item.callspec.params for item in request.session.items if item.originalname == test]
+    selected = [item.callspec.params for item in request.session.items if getattr(item, "originalname", None) == test]
 
     def one(params):
         path, profile = params["path"], params["profile"]

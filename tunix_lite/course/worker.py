@@ -9,8 +9,10 @@ and this process only runs them and answers with plain data. In order:
 2. confine itself with `tunix_lite.rewards.sandbox_child`'s primitives while it has one thread (a user
    namespace needs that): die with the grader; new network, PID and IPC namespaces where the kernel
    allows them (no network; the grader's pid is not visible);
-3. import jax, numpy, flax, optax, the package, the phase's public test module (for `inside`)
-   and the standard modules programs use most (`sandbox_child.PRELOAD`); then rlimits (no core
+3. import jax, numpy, flax, optax, the package, the phase's public test module (for `inside`),
+   the library modules the notebook's import lines name (`library_imports`: only beneath
+   LIBRARIES, never a banned one; library code, not the learner's) and the standard modules
+   programs use most (`sandbox_child.PRELOAD`); then rlimits (no core
    files, file size, open files); started as root, become `nobody` (after the imports: Python may
    live in root's home, which `nobody` cannot read, and there learner code imports only what is
    loaded); Landlock where the kernel has it (reads only beneath Python, its site-packages and
@@ -40,6 +42,14 @@ from pathlib import Path
 
 from tunix_lite.rewards import sandbox, sandbox_child
 
+# The packages whose modules a notebook's import lines may load before the worker leaves root: the
+# course's stack. Beneath a private folder (a checkout in a 0700 temporary directory, a venv in root's
+# home) `nobody` could not import them later, and the graded cells would fail on a NameError.
+LIBRARIES = ("tunix_lite", "jax", "flax", "optax", "numpy")
+# Imported on first use, which may come after leaving root: numpy.testing on attribute access,
+# multihost_utils by jax's device_put inside a callback (a traced call back to the grader).
+LAZY = ("numpy.testing", "jax.experimental.multihost_utils")
+
 # Read-only beneath these (besides the standard library and system libraries): what the notebook's
 # imports need, and this process's own /proc entries and CPU topology, which jax reads (XLA's
 # matmul library reads /proc/cpuinfo at its first large product: without it, that product fails).
@@ -51,6 +61,28 @@ def read_paths() -> list[str]:
                 sysconfig.get_path("platlib"), site.getusersitepackages(),
                 str(Path(__file__).resolve().parents[1])}  # tunix_lite/, not the checkout around it
     return sorted(prefixes) + sandbox.read_paths() + list(_JAX_READS)
+
+
+def library_imports(statements: Iterable[str], banned: Iterable[str]) -> list[str]:
+    """The modules beneath LIBRARIES that the import `statements` (a notebook's top-level import
+    lines) name, `from a import b` giving a and a.b (b may be a submodule), none of them banned."""
+    import ast
+
+    banned = tuple(banned)
+    names = list(LAZY)
+    for statement in statements:
+        try:
+            nodes = ast.walk(ast.parse(statement))
+        except SyntaxError:
+            continue
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return [name for name in dict.fromkeys(names)
+            if name.split(".")[0] in LIBRARIES
+            and not any(name == b or name.startswith(b + ".") for b in banned)]
 
 
 class _Banned:
@@ -100,8 +132,8 @@ def main() -> None:
 
     graded = orders["graded"]  # the phase's public tests, where `inside` helpers come from
     modules = {graded: importlib.import_module(graded)} if graded else {}
-    for name in sandbox_child.PRELOAD:  # what learner code imports most: `nobody` may not read it
-        try:
+    for name in [*library_imports(orders["imports"], orders["banned"]), *sandbox_child.PRELOAD]:
+        try:  # while this process may still read them: `nobody` may not
             importlib.import_module(name)
         except ImportError:
             pass

@@ -70,8 +70,9 @@ class RolloutEngine(Protocol):
         A row also stops once its prompt plus completion hold max_total_tokens (None: no limit)."""
 
     def sync_weights(self, model: nnx.Module) -> None:
-        """Make the next `generate` sample from `model`'s current weights (the trainer's model, or a
-        snapshot of it taken at an earlier update)."""
+        """Make the next `generate` sample from `model`'s current weights.
+
+        `model`: the trainer's model, or a snapshot of it taken at an earlier update."""
 
 
 class SamplerEngine:
