@@ -16,12 +16,15 @@ a learner's notebook would.
 | rollout | 16 prompts x 8 samples, 128 + 256 new tokens, temperature 1 | new tokens |
 | decode_1 | one prompt of 128 tokens, 256 greedy tokens, bfloat16 weights | new tokens |
 | compile_cache | sft_full_270m's first step in two processes sharing XLA's cache | - |
+| async_rollouts | GRPO, tiny shape, 16 prompts x 8 samples of 64 tokens | new tokens |
 
 Each side runs in a child process of its own (`--side jax|torch --row NAME`), so one framework's
 allocator never holds memory the other needs and each row's first step is its own compile. MFU
 divides the model's matmul FLOPs (benchmarks/common.train_flops_per_step; LoRA rows count the full
 step's FLOPs, as RESULTS.md does, in parentheses) by the bfloat16 matmul rate measured here; decode
 is set against the bandwidth bound (weight bytes / measured copy bandwidth, per token).
+async_rollouts (benchmarks/async_rollouts.py, on one device set) runs GRPO in turn, then sampling
+1 and 2 updates ahead, and reports the share of each step the rollout side spends waiting.
 """
 
 from __future__ import annotations
@@ -68,14 +71,18 @@ ROWS = {
         steps=2,
         warmup=1,
     ),
+    # jax only: whole GRPO runs; the first `warmup` rollouts (the compiles) are not timed
+    "async_rollouts": dict(kind="async", model="tiny", prompts=16, group=8, new=64, steps=10,
+                           warmup=3),
 }
 # --smoke: the same rows on the shipped tiny model's shape (random weights), small enough for CI
 SMOKE_TRAIN = dict(TRAIN, batch=2, seq=64)
 SMOKE_ROLLOUT = dict(prompts=2, group=2, prompt=16, new=16)
+SMOKE_ASYNC = dict(prompts=2, group=2, new=8, steps=5, warmup=2)
 # each timed code path once. Not compile_cache: two more fresh processes of sft_full_270m; the
 # persistent cache has its own test (tests/test_compile_cache.py), and the smoke test tabulates
 # that row from records.
-SMOKE_ROWS = ["sft_full_270m", "sft_lora_270m", "rollout"]
+SMOKE_ROWS = ["sft_full_270m", "sft_lora_270m", "rollout", "async_rollouts"]
 # tokens per vocabulary-projection chunk on the jax side (262k vocabulary: never all logits at once)
 LOGITS_CHUNK = 2048
 
@@ -87,6 +94,7 @@ ORDER = [
     "sft_lora_270m",
     "rollout",
     "decode_1",
+    "async_rollouts",
     "sft_full_1b",
     "compile_cache",
     "sft_full_270m+attention=cudnn",
@@ -105,6 +113,8 @@ def row_spec(name: str, smoke: bool) -> dict:
         spec[key] = int(value) if value.isdigit() else value
     if spec["kind"] == "train":
         spec |= SMOKE_TRAIN if smoke else TRAIN
+    elif spec["kind"] == "async":
+        spec |= SMOKE_ASYNC if smoke else {}
     elif smoke:
         spec |= {key: min(spec[key], value) for key, value in SMOKE_ROLLOUT.items()}
     return spec | (dict(model="tiny") if smoke else {})
@@ -226,6 +236,24 @@ def jax_rollout(spec: dict, steps: int, warmup: int, weights_dtype: str | None) 
     )
 
 
+def jax_async(spec: dict) -> list[dict]:
+    """GRPO in turn, then sampling 1 and 2 updates ahead, on this machine's devices (colocated):
+    benchmarks/async_rollouts.py's measure, one record per schedule."""
+    from async_rollouts import SETTINGS, measure, random_policy
+
+    out = []
+    with tempfile.TemporaryDirectory() as policy:
+        random_policy(policy, spec["model"])
+        for name, staleness in SETTINGS.items():
+            r = measure(policy, staleness, prompts=spec["prompts"], group=spec["group"],
+                        new=spec["new"], steps=spec["steps"], warmup=spec["warmup"], split=False)
+            out.append(common.result(f"tunix_lite ({name})", spec["model"],
+                                     step_times=r["step_times"],
+                                     tokens_per_step=r["tokens_per_step"],
+                                     rollout_wait=r["rollout_wait"], rollout_s=r["rollout_s"]))
+    return out
+
+
 def run_jax(row: str, smoke: bool, steps: int, warmup: int) -> list[dict]:
     import jax
 
@@ -235,6 +263,8 @@ def run_jax(row: str, smoke: bool, steps: int, warmup: int) -> list[dict]:
     steps, warmup = spec.get("steps", steps), spec.get("warmup", warmup)
     if spec["kind"] == "train":
         out = [jax_train(spec, steps, warmup)]
+    elif spec["kind"] == "async":
+        out = jax_async(spec)
     elif row == "decode_1":
         out = [jax_rollout(spec, steps, warmup, "bfloat16")]
     else:
@@ -387,6 +417,8 @@ def run_torch(row: str, smoke: bool, steps: int, warmup: int) -> list[dict]:
     import torch
 
     spec = row_spec(row, smoke)
+    if spec["kind"] == "async":
+        return [dict(row=row, impl="torch", error="n/a: a tunix_lite schedule, no torch side")]
     if spec["kind"] == "train" and spec["lora"] and not versions("peft")["peft"]:
         return [dict(row=row, impl="torch+peft", error="n/a: peft is not installed")]
     steps, warmup = spec.get("steps", steps), spec.get("warmup", warmup)
@@ -488,6 +520,8 @@ def table(records: list[dict], peak: dict) -> str:
         if r.get("flops_per_s"):
             mfu = r["flops_per_s"] / peak["matmul_flops"]
             use = f"({mfu:.1%})" if "lora" in r["row"] else f"{mfu:.1%}"
+        elif "rollout_wait" in r:
+            use = f"rollout side waits {r['rollout_wait']:.0%}"
         elif r.get("weight_bytes") and r["row"] == "decode_1":
             bound = (
                 peak["copy_bytes_per_s"] / 2 / r["weight_bytes"]
