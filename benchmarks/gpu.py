@@ -82,7 +82,9 @@ SMOKE_ASYNC = dict(prompts=2, group=2, new=8, steps=5, warmup=2)
 # each timed code path once. Not compile_cache: two more fresh processes of sft_full_270m; the
 # persistent cache has its own test (tests/test_compile_cache.py), and the smoke test tabulates
 # that row from records.
-SMOKE_ROWS = ["sft_full_270m", "sft_lora_270m", "rollout", "async_rollouts"]
+# Nor async_rollouts: three whole GRPO runs, minutes on 2 cores; `--smoke --only async_rollouts`
+# checks it (benchmarks/async_rollouts.py runs the same code on fake devices).
+SMOKE_ROWS = ["sft_full_270m", "sft_lora_270m", "rollout"]
 # tokens per vocabulary-projection chunk on the jax side (262k vocabulary: never all logits at once)
 LOGITS_CHUNK = 2048
 
