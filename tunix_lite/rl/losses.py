@@ -200,10 +200,11 @@ def correction_weights(train_logp: jax.Array, rollout_logp: jax.Array, mask: jax
     fengyao.notion.site/off-policy-rl) apply per token to vLLM rollouts beside an FSDP trainer
     (NeMo RL's `truncated_importance_sampling_ratio`). A mask drops a token, or a whole sequence,
     whose ratio passes the cap instead of clipping it: masked importance sampling (MIS, the
-    follow-up "When Speed Kills Stability" by Liu, Li et al. 2025), which gives an outlier no say
-    at all. rho_seq is the likelihood ratio of the whole completion, exp(sum_t delta_t), as TRL's
-    `vllm_importance_sampling_mode` and ms-swift's `rollout_importance_sampling_mode` compute it
-    (the same four modes).
+    follow-up "When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference
+    Mismatch", Liu, Li, Fu, Wang, Liu and Shen 2025, yingru.notion.site), which gives an outlier
+    no say at all. rho_seq is the likelihood ratio of the whole completion, exp(sum_t delta_t),
+    as TRL's `vllm_importance_sampling_mode` and ms-swift's `rollout_importance_sampling_mode`
+    compute it (the same four modes).
 
     A dropped token keeps its place in the aggregation's count (its loss is 0), as in TRL. With
     identical log-probs (one model, float32, nothing stale) every rho is exactly 1 and so is every
