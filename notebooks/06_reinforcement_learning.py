@@ -602,6 +602,99 @@ for name in ("generate", "sync_weights"):
 # the trainer updates (asynchronous RL), its samples are one or more updates stale: exactly the off-policy case the
 # ratio and the clip exist for. Neither vLLM nor SGLang-JAX is a dependency here, and nothing pretends to be one:
 # `tunix_lite/rl/engine.py` documents the ~50-line class an engine needs.
+
+# %% [markdown]
+# ## 11. When the sampler is not the policy: measure the mismatch, then correct it
+#
+# The loss differentiates the trainer's policy π, but the tokens were drawn by the sampler μ. The two are the same
+# distribution only when the sampler runs the trainer's exact weights, in float32, at temperature 1. Sample from a
+# bfloat16 copy, from an external engine's kernels, or from weights a few updates old (`max_staleness: M`: the next
+# rollout is sampled on a thread while the trainer still steps), and μ ≠ π: every token counts as if π had drawn it.
+# The sampler returns log μ of each token it drew; the trainer recomputes log π of the same tokens. With
+# δ = log π − log μ, every step logs `mismatch/kl_k3` = mean(e^δ − 1 − δ), exactly 0 when the two agree, beside
+# `mismatch/kl_k1`, the perplexity ratio, χ² per token and per sequence, and `mismatch/outside_cap`.
+# `rollout_correction: token_truncate` weighs each token's surrogate by ρ = π/μ, truncated at C
+# (`rollout_correction_cap`, 2 by default): importance sampling that turns μ's samples back into π's, with the cap
+# bounding the variance (`sequence_truncate` uses one ρ per completion; the `_mask` modes drop what passes C).
+#
+# The toy below can learn in a few steps: a random one-layer model, rewarded when the first token it writes is odd,
+# so the reward starts at chance (0.5) and a policy that learns climbs towards 1.
+#
+# **Predict, then run.** bfloat16 rollouts without a correction, then with `token_truncate`: how large is the
+# mismatch, and which curve climbs faster? Then rollouts sampled 0, 2 and 8 updates ahead (`max_staleness`,
+# corrected): which curve climbs, and what happens to the mismatch as the sampler falls behind?
+
+# %%
+from flax import nnx
+
+from tunix_lite.export import write_model
+from tunix_lite.models import Transformer
+
+toy = write_model(Transformer(model.config.replace(num_layers=1, embed_dim=64, num_heads=2, head_dim=16,
+                                                   mlp_dim=128), rngs=nnx.Rngs(0)),
+                  tokenizer, pathlib.Path("runs/toy_one_layer"))
+
+
+def odd_first(prompts, completions, completion_ids, **columns):
+    return [float(ids[0] % 2) for ids in completion_ids]
+
+
+SETTINGS = {"bfloat16, uncorrected": dict(rollout_dtype="bfloat16"),
+            "bfloat16, token_truncate": dict(rollout_dtype="bfloat16", rollout_correction="token_truncate")}
+SETTINGS |= {f"{m} updates stale, token_truncate": dict(max_staleness=m, rollout_correction="token_truncate")
+             for m in (0, 2, 8)}
+# each setting compiles a train step of its own: ci runs one of them for 4 steps, cpu and tpu all of them
+O = (dict(steps=4, settings=["bfloat16, token_truncate"]) if profile.name == "ci"
+     else dict(steps=14, settings=list(SETTINGS)))
+
+
+def toy_run(**options):
+    config = GRPOConfig(model=str(toy), n_train=64, n_validation=8, n_accuracy=0, seq_len=120, max_new_tokens=4,
+                        batch_size=8, group_size=8, steps=O["steps"], warmup_steps=1, learning_rate=3e-2, beta=0.0,
+                        eval_every=0, log_every=1, output_dir=None, **options)
+    return run_grpo(config, rewards=Rewards({"odd_first": odd_first}), verbose=False).history
+
+
+runs = {name: toy_run(**SETTINGS[name]) for name in O["settings"]}
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5), layout="constrained")
+for name, history in runs.items():
+    steps = [h["step"] for h in history]
+    left.plot(steps, [h["reward"] for h in history], label=name)
+    # from rounding (~1e-9, or a hair below 0) to samples whole updates old (~1): a log scale
+    right.plot(steps, [max(h["mismatch/kl_k3"], 1e-10) for h in history], label=name)
+left.set(xlabel="step", ylabel="reward (odd first token)")
+right.set(xlabel="step", ylabel="mismatch/kl_k3", yscale="log")
+left.legend(fontsize=8)
+display(fig)
+plt.close(fig)
+for name, history in runs.items():
+    print(f"{name:<34} reward {np.mean([h['reward'] for h in history[-4:]]):.2f} (last 4 steps)   "
+          f"kl_k3 {np.mean([h['mismatch/kl_k3'] for h in history]):.1e} (mean)")
+
+# %% [markdown]
+# What the `cpu` profile's 14 steps show (the `ci` profile runs 4 steps of `bfloat16, token_truncate` only):
+#
+# | rollouts | reward, last 4 steps | mean `mismatch/kl_k3` |
+# |---|---:|---:|
+# | bfloat16, uncorrected | 1.00 | 2e-5 |
+# | bfloat16, `token_truncate` | 1.00 | 3e-5 |
+# | 0 updates stale | 1.00 | 1e-9 (rounding: the in-turn run) |
+# | 2 updates stale | 0.93 | 0.17 |
+# | 8 updates stale | 0.64 | 0.81 |
+#
+# bfloat16 keeps 8 significant bits, so its log-probs differ from float32's by a few thousandths per token: the
+# mismatch is measurable but tiny, and both bfloat16 curves climb like a float32 run. On this toy the correction has
+# nothing to pay back. Staleness is different. With a learning rate this large one update moves the policy a
+# lot, so samples 2 updates old are already far from π (kl_k3 0.17, where bfloat16 gives 2e-5), and the curve
+# climbs a few steps later. With 8, the first 9 rollouts all come from the starting weights: the policy trains for
+# 9 steps on samples of a model that no longer exists, and the correction can only down-weight what it cannot
+# replace. The lag that buys overlap (benchmarks/RESULTS.md measures how much of each step the rollout side then
+# stops waiting) is paid here, in mismatch.
+#
+# A sampler that is off by design shows the correction at work. Draw the rollouts at temperature 1.5 while the loss
+# scores π at 1: after 14 steps (three seeds), π's own chance of an odd first token is 0.994 on-policy, 0.968
+# uncorrected and 0.989 with `token_truncate`. Uncorrected, the update pushes each sampled token in proportion to
+# μ, not π, and spends itself on tokens the policy rarely samples.
 #
 # ## 12. The same run from the command line
 #
