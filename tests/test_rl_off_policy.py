@@ -284,8 +284,9 @@ def test_a_perturbed_sampler_learns_worse_uncorrected_and_like_on_policy_correct
     """The sampler perturbed: rollouts drawn at temperature 1.5 while the loss scores the policy at
     1 (the sampler's log-probs, log q, are those of the tempered distribution). 14 steps of 8 prompts
     x 8 completions on the first-token parity reward, seeds 0, 2, 3 (their prompts pad to one
-    length, so the 9 runs share 2 compiled train steps). Measured (the policy's exact parity
-    probability at temperature 1 after training, per seed; mean mismatch/kl_k3 over the steps):
+    length: the 9 runs make 2 distinct train steps, which XLA's persistent cache compiles once).
+    Measured (the policy's exact parity probability at temperature 1 after training, per seed;
+    mean mismatch/kl_k3 over the steps):
 
         on-policy (temperature 1)           0.995 0.994 1.000   kl_k3 0
         temperature 1.5, no correction      0.976 0.942 0.986   kl_k3 0.21-0.28
