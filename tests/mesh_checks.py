@@ -1,10 +1,10 @@
 """The fake-device checks behind tests/test_sharding*.py, one process per test file (jax fixes the device count
 when it starts):
 
-    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 \
-        --xla_cpu_use_fusion_emitters=false" JAX_PLATFORMS=cpu python tests/mesh_checks.py OUT.json [checks]
+    XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0" \
+        JAX_PLATFORMS=cpu python tests/mesh_checks.py OUT.json [checks]
 
-(the flags of tests/conftest.py: the last two only make compiling faster).
+(the flags of tests/conftest.py: the last one only makes compiling faster).
 
 Each check runs in turn and records its measurements (or its error) in OUT.json; the tests read them. A 1-layer
 Gemma-like model (8 query heads, ONE kv head: the MQA layout) keeps every compile small; each strategy's step is
