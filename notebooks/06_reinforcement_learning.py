@@ -644,18 +644,18 @@ SETTINGS = {"bfloat16, uncorrected": dict(rollout_dtype="bfloat16"),
 SETTINGS |= {f"{m} updates stale, token_truncate": dict(max_staleness=m, rollout_correction="token_truncate")
              for m in (0, 2, 8)}
 # each setting compiles a train step of its own: ci runs one of them for 4 steps, cpu and tpu all of them
-O = (dict(steps=4, settings=["bfloat16, token_truncate"]) if profile.name == "ci"
-     else dict(steps=14, settings=list(SETTINGS)))
+PLAN = (dict(steps=4, settings=["bfloat16, token_truncate"]) if profile.name == "ci"
+        else dict(steps=14, settings=list(SETTINGS)))
 
 
 def toy_run(**options):
     config = GRPOConfig(model=str(toy), n_train=64, n_validation=8, n_accuracy=0, seq_len=120, max_new_tokens=4,
-                        batch_size=8, group_size=8, steps=O["steps"], warmup_steps=1, learning_rate=3e-2, beta=0.0,
+                        batch_size=8, group_size=8, steps=PLAN["steps"], warmup_steps=1, learning_rate=3e-2, beta=0.0,
                         eval_every=0, log_every=1, output_dir=None, **options)
     return run_grpo(config, rewards=Rewards({"odd_first": odd_first}), verbose=False).history
 
 
-runs = {name: toy_run(**SETTINGS[name]) for name in O["settings"]}
+runs = {name: toy_run(**SETTINGS[name]) for name in PLAN["settings"]}
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.5), layout="constrained")
 for name, history in runs.items():
     steps = [h["step"] for h in history]
