@@ -36,6 +36,21 @@ def test_setup_sets_fake_devices_and_the_ci_profile():
     assert "WARNING" not in r.stderr or course_setup.detect_accelerator()  # CPU jax beside a GPU warns
 
 
+def test_small_programs_compile_with_their_flags_on_a_cpu_only_machine():
+    """setup(small_programs=True) puts SMALL_PROGRAM_XLA_FLAGS beside the fake-device flag, keeping
+    the user's other flags, and the programs still compute: on an accelerator it changes nothing."""
+    code = ("import os; from tunix_lite.course import setup as s; s.detect_accelerator = lambda: {acc}; "
+            "s.setup(fake_devices=2, small_programs=True, verbose=False); import jax, jax.numpy as jnp; "
+            "assert float(jnp.sum(jnp.arange(4.0))) == 6.0; print(os.environ['XLA_FLAGS'])")
+    user = "--xla_cpu_enable_fast_math=false --xla_backend_optimization_level=2"
+    cpu_only, accelerated = (_python(code.format(acc=acc), XLA_FLAGS=user) for acc in ("None", "'gpu'"))
+    assert cpu_only.returncode == 0 and accelerated.returncode == 0, cpu_only.stderr + accelerated.stderr
+    assert cpu_only.stdout.split() == ["--xla_cpu_enable_fast_math=false",
+                                       *course_setup.SMALL_PROGRAM_XLA_FLAGS.split(),
+                                       "--xla_force_host_platform_device_count=2"]
+    assert accelerated.stdout.split() == [*user.split(), "--xla_force_host_platform_device_count=2"]
+
+
 def test_setup_explains_a_late_call():
     r = _python("import jax; jax.devices()\nfrom tunix_lite.course.setup import setup; setup(fake_devices=4)")
     assert r.returncode != 0 and "Restart the kernel" in r.stderr

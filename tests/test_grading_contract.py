@@ -13,7 +13,7 @@ public tests of phases 1-7 take most of it, largely the cheap tests' first compi
 For all seeds of every test: `python -m tunix_lite.course.contract` (hours of CPU).
 
 The sweep runs in one child process with the grading worker's XLA flags
-(sandbox.SMALL_PROGRAM_XLA_FLAGS): its programs are a few ops each, and XLA:CPU compiles those
+(setup.SMALL_PROGRAM_XLA_FLAGS): its programs are a few ops each, and XLA:CPU compiles those
 about 3x faster without its newer fusion emitters, so the sweep takes about half the time
 (measured per phase, public and hidden: 500 s -> 300 s of CPU).
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tunix_lite.course import contract, graded
-from tunix_lite.course.sandbox import SMALL_PROGRAM_XLA_FLAGS
+from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = ROOT / "course" / "instructor" / "hidden"

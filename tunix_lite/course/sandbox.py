@@ -27,16 +27,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
 from tunix_lite.rewards.sandbox import loads
 
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT")
 _MAX_LINE = 1 << 28  # the largest answer: arrays of the graded tests are far smaller
-# The graded tests' programs are a few ops each, mostly run eagerly: XLA:CPU compiles one in ~20 ms
-# with its older fusion emitters at -O0 and ~60 ms with the newer ones, and most of a grading is
-# compiling (the contract sweep of every phase: 500 s -> 300 s of CPU). Models' train steps go the
-# other way (3x slower to compile), so only the grading worker and the sweep use these.
-SMALL_PROGRAM_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
 
 
 def scrubbed_env(home: str) -> dict[str, str]:
@@ -47,7 +43,7 @@ def scrubbed_env(home: str) -> dict[str, str]:
     return env | {"HOME": home, "TMPDIR": home, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
                   "PYTHONUSERBASE": site.getuserbase(),  # HOME moved: keep a --user install importable
                   "PYTHONDONTWRITEBYTECODE": "1", "JAX_PLATFORMS": "cpu",
-                  "XLA_FLAGS": SMALL_PROGRAM_XLA_FLAGS,
+                  "XLA_FLAGS": SMALL_PROGRAM_XLA_FLAGS,  # the graded tests' programs are tiny
                   "TUNIX_LITE_COMPILATION_CACHE": "0"}  # it would write outside the sandbox
 
 
