@@ -8,14 +8,37 @@ from pathlib import Path
 
 import pytest
 
+from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
+
+
+def _start_jax_with_small_program_flags() -> None:
+    """This process's tests compile with SMALL_PROGRAM_XLA_FLAGS: they are compile-bound, on the
+    micro model or smaller, and compile 2-4x faster with them (tests/test_rl_grpo.py and
+    tests/test_preference.py: 302 s -> 186 s; a micro-model train step 3.6 s -> 0.9 s) for steps
+    that run ~1.4x longer. XLA reads XLA_FLAGS once, when the backend starts, so the flags are put
+    back afterwards: notebook kernels and child processes compile with their own."""
+    original = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = f"{original or ''} {SMALL_PROGRAM_XLA_FLAGS}".strip()
+    try:
+        import jax
+
+        jax.devices()
+    finally:
+        if original is None:
+            del os.environ["XLA_FLAGS"]
+        else:
+            os.environ["XLA_FLAGS"] = original
+
+
+_start_jax_with_small_program_flags()
+
 HERE = Path(__file__).parent
 GRADED = HERE / "graded"
 # The children's programs are tiny and run a few steps: compiling is most of their time, and
 # LLVM at -O0 compiles them several times faster (the mesh checks' check_frozen_losses: 678 s at
 # the default level, 154 s at -O0, on 2 loaded cores). XLA:CPU's older fusion emitters
-# (--xla_cpu_use_fusion_emitters=false) once helped at -O0; on jax 0.10 they double it (326 s),
-# to the same numbers. Not for the suite itself: its tests run more steps per compile, and at -O0
-# a tiny-model step runs ~1.4x longer (benchmarks/RESULTS.md, compile_time).
+# (--xla_cpu_use_fusion_emitters=false) help single-device programs at -O0 (above) but double
+# the compile of these 8-device ones (326 s), so children take -O0 alone.
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 
 
