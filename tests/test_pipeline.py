@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tunix_lite.cli import main
+from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
 from tunix_lite.pipeline import load_pipeline, run_pipeline
 
 
@@ -155,7 +156,11 @@ def test_stages_chain_and_a_budget_pause_or_a_kill_resume_to_the_uninterrupted_w
 
     # 2. killed while the stage trains: a rerun loses at most the steps since its last checkpoint
     killed = pipeline_file(tmp_path / "c", small_model, stages=SFT_ONLY)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]), JAX_PLATFORMS="cpu")
+    # the XLA flags this process compiles with (tests/conftest.py): the rerun below continues the
+    # killed run in this process, and must compute the same steps to the bit
+    flags = f"{os.environ.get('XLA_FLAGS', '')} {SMALL_PROGRAM_XLA_FLAGS}".strip()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=flags)
     process = subprocess.Popen([sys.executable, "-m", "tunix_lite.cli", "run", str(killed)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     checkpoints = tmp_path / "c" / "run" / "sft" / "checkpoints"
