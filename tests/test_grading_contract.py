@@ -12,23 +12,18 @@ sweep costs about 10 minutes of CPU (measured with 4 seeds in FEWER: 670 s, 3.7 
 public tests of phases 1-7 take most of it, largely the cheap tests' first compiles).
 For all seeds of every test: `python -m tunix_lite.course.contract` (hours of CPU).
 
-The sweep runs in one child process with the grading worker's XLA flags
-(setup.SMALL_PROGRAM_XLA_FLAGS): its programs are a few ops each, and XLA:CPU compiles those
-about 3x faster without its newer fusion emitters, so the sweep takes about half the time
-(measured per phase, public and hidden: 500 s -> 300 s of CPU).
+Like every test here, the sweep compiles with SMALL_PROGRAM_XLA_FLAGS (tests/conftest.py), the
+grading worker's: its programs are a few ops each, and XLA:CPU compiles those about 3x faster
+without its newer fusion emitters (every phase, public and hidden: 500 s -> 300 s of CPU).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tunix_lite.course import contract, graded
-from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN = ROOT / "course" / "instructor" / "hidden"
@@ -126,33 +121,16 @@ def _hidden_phases() -> list[str]:
     return sorted(p.stem.removeprefix("phase") for p in HIDDEN.glob("phase[0-9][0-9].py"))
 
 
-def sweep_every_phase() -> dict[str, list[str]]:
-    """{"public/NN" or "hidden/NN": the failures of that sweep, one line each}."""
-    found = {f"public/{phase}": contract.sweep(phase, seeds, root=ROOT)
-             for phase in graded.phases()}
-    found |= {f"hidden/{phase}": contract.sweep(phase, hidden_seeds, root=ROOT, tests_dir=HIDDEN)
-              for phase in _hidden_phases()}
-    return {key: [str(failure) for failure in sweep.failures] for key, sweep in found.items()}
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory, subprocess_env) -> dict[str, list[str]]:
-    """Every sweep, run once in a child process with the grading worker's XLA flags."""
-    out = tmp_path_factory.mktemp("contract") / "failures.json"
-    run = subprocess.run([sys.executable, __file__, str(out)], capture_output=True, text=True,
-                         env=subprocess_env(XLA_FLAGS=SMALL_PROGRAM_XLA_FLAGS), timeout=3600)
-    assert run.returncode == 0 and out.exists(), run.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
 @pytest.mark.parametrize("phase", graded.phases())
-def test_solutions_pass_and_stubs_fail_on_every_seed(phase, swept):
-    assert not swept[f"public/{phase}"], "\n".join(swept[f"public/{phase}"])
+def test_solutions_pass_and_stubs_fail_on_every_seed(phase):
+    found = contract.sweep(phase, seeds, root=ROOT)
+    assert not found.failures, "\n".join(map(str, found.failures))
 
 
 @pytest.mark.parametrize("phase", _hidden_phases())
-def test_the_hidden_tests_keep_the_contract_too(phase, swept):
-    assert not swept[f"hidden/{phase}"], "\n".join(swept[f"hidden/{phase}"])
+def test_the_hidden_tests_keep_the_contract_too(phase):
+    found = contract.sweep(phase, hidden_seeds, root=ROOT, tests_dir=HIDDEN)
+    assert not found.failures, "\n".join(map(str, found.failures))
 
 
 def test_every_phase_has_hidden_tests_and_fewer_names_real_tests():
@@ -191,7 +169,3 @@ def test_a_failing_seed_is_printed_as_the_command_that_reproduces_it(tmp_path, c
     report = grading.grade(tmp_path / "solutions" / name, seed=seed)
     failed = {t["test"] for t in report["tests"] if t["outcome"] == "failed"}
     assert "test_max_batch_matches_a_search" in failed, report["tests"]
-
-
-if __name__ == "__main__":  # the `swept` fixture's child: python tests/test_grading_contract.py OUT
-    Path(sys.argv[1]).write_text(json.dumps(sweep_every_phase()))
