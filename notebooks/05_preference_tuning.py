@@ -298,7 +298,10 @@ for key in ("rewards/accuracies", "logps/accuracies", "rewards/margins", "logps/
 
 # %% [markdown]
 # Read the curves as TRL users do. `rewards/margins` (β h, averaged) grows and the held-out `rewards/accuracies`
-# climbs from 0; `logps/rejected` falls much faster than `logps/chosen` moves. `kl` is the mean log-ratio
+# climbs; `logps/rejected` falls much faster than `logps/chosen` moves. Look at the `before` column: the margins
+# are 0 only up to float32 rounding (`-0.000`). The reference's log-probs were computed once, by another compiled
+# program than the one that scores the policy, so each tie lands a rounding error to one side or the other, and
+# `rewards/accuracies` before training counts those signs: noise, not a preference. `kl` is the mean log-ratio
 # `log π/π_ref` over both completions: on data the policy did not sample it is not a true KL, but it shows how far the
 # policy has moved on the pairs (negative: both completions lost probability on average). The last rows are the
 # model's own greedy answers to the held-out prompts: exact match and the three flaws the rejected completions

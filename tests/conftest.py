@@ -34,21 +34,23 @@ _start_jax_with_small_program_flags()
 
 HERE = Path(__file__).parent
 GRADED = HERE / "graded"
-# The children's programs are tiny and run a few steps: compiling is most of their time, and
-# LLVM at -O0 compiles them several times faster (the mesh checks' check_frozen_losses: 678 s at
-# the default level, 154 s at -O0, on 2 loaded cores). XLA:CPU's older fusion emitters
-# (--xla_cpu_use_fusion_emitters=false) help single-device programs at -O0 (above) but double
-# the compile of these 8-device ones (326 s), so children take -O0 alone.
+# The children's programs are tiny and run a few steps: compiling is most of their time. A
+# single-device child compiles with SMALL_PROGRAM_XLA_FLAGS, as this process does (the benchmark
+# smokes and the two-process test: 178 -> 130 CPU-s). An 8-device child takes -O0 alone: XLA:CPU's
+# older fusion emitters double the compile of those programs (the mesh checks: 154 s -> 326 s),
+# while LLVM at -O0 still compiles them several times faster than the default (678 s).
 FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def _subprocess_env(**extra) -> dict:
     """This environment for a child Python that imports tunix_lite from this checkout, on CPU,
-    compiling fast (FAST_COMPILE_FLAGS, then extra's or this environment's XLA_FLAGS)."""
-    path = os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    compiling fast (the flags above, then extra's or this environment's XLA_FLAGS)."""
+    path = os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])
     flags = extra.pop("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
-    flags = f"{FAST_COMPILE_FLAGS} {flags}".strip()
-    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path, XLA_FLAGS=flags, **extra)
+    many_devices = "xla_force_host_platform_device_count" in flags
+    fast = FAST_COMPILE_FLAGS if many_devices else SMALL_PROGRAM_XLA_FLAGS
+    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=path.rstrip(os.pathsep),
+                XLA_FLAGS=f"{fast} {flags}".strip(), **extra)
 
 
 def _run_mesh_checks(out: Path, *checks: str) -> dict:

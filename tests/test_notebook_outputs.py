@@ -33,23 +33,10 @@ def test_no_committed_progress_bar_is_frozen(path):
         "--finish-bars-only")
 
 
-# Notebooks whose committed outputs predate the stamps: a payoff cell's output came from a longer
-# profile than ci, so stamping means rerunning that profile (scripts/refresh_notebook.py --cells).
-# Until then they hold no stamp at all; one refreshed leaves this set for good (the test below
-# fails on a listed notebook that has a stamp), and the set only shrinks.
-PREDATE_STAMPS = {"01_core_concepts_jax_nnx", "02_gemma3_from_scratch", "05_preference_tuning",
-                  "06_reinforcement_learning", "07_distillation", "08_sharding_and_tpu_scaling",
-                  "09_capstone_reasoning_model"}
-
-
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_every_committed_output_was_made_by_its_cells_source(path):
     """Every cell with outputs, tagged or not: its stamp is the hash of the source it has now."""
     stale = refresh.stale_outputs(json.loads(path.read_text()))
-    if path.stem in PREDATE_STAMPS:
-        assert stale and all(line.endswith("has no stamp") for line in stale), (
-            f"{path.name} has stamped outputs now: remove it from PREDATE_STAMPS")
-        return
     assert not stale, (f"{path.name}: {'; '.join(stale)}: refresh its outputs with "
                        f"`python scripts/refresh_notebook.py notebooks/{path.name}`")
 
