@@ -162,7 +162,8 @@ def main() -> None:
             stamp(notebook, args.profile)
             kept = keep_committed(notebook, committed, args.profile, args.cells)
         bars = finish_progress_bars(notebook)
-        path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+        # nbformat's on-disk layout, as tunix_lite.course.build writes it (keys sorted)
+        path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         ran = "" if kept is None else f"ran ({args.profile}), {kept} outputs kept as committed, "
         print(f"{path}: {ran}{bars} progress bars stored finished")
 

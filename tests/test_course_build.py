@@ -174,3 +174,14 @@ def test_quiz_answers_live_in_the_instructor_bank_only():
         section = bank.split(f"## Phase {int(path.name[:2])} ·", 1)[1].split("\n## Phase", 1)[0]
         answers = section.split("**Answers**", 1)[1]
         assert len(re.findall(r"^(\d+)\. ", answers, re.M)) == asked > 0, path.name
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")) + SOLUTIONS,
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_notebooks_are_in_the_layout_the_build_writes(path, tmp_path):
+    """Whatever wrote a notebook (jupytext, scripts/refresh_notebook.py, the build), `--stamp` leaves
+    it as it is: no diff of key order or layout for a release to carry."""
+    copy = tmp_path / path.name
+    copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert not build.stamp(copy, f"{path.parent.name}/{path.name}"), (
+        f"{path}: python -m tunix_lite.course.build --stamp rewrites it")
