@@ -13,9 +13,9 @@ persistent compilation cache off, so every figure is a real compile.
   the second (run only).
 
 Why it matters: on a 2-core machine most of a short test or notebook cell is compiling, and
-tiny's 6 layers are unrolled into the program. A `lax.scan` over the layers would compile one
-layer's body (two for Gemma 3, whose pattern puts a global layer among the local ones), so the 1-
-and 2-layer rows bound what such a change could save per program. benchmarks/RESULTS.md has a run.
+tiny's 6 layers are unrolled into the program. Whether a `lax.scan` over the layers compiles
+faster is measured apart, by benchmarks/scan_layers.py: on XLA:CPU, at tiny's depth, it does not.
+benchmarks/RESULTS.md has runs of both.
 """
 
 from __future__ import annotations

@@ -75,6 +75,17 @@ def test_compile_time_refuses_a_layer_count_below_one(capsys):
     assert "--layers [0, 2] and --steps 3 must be >= 1" in capsys.readouterr().err.splitlines()[-1]
 
 
+def test_scan_layers_compiles_each_way_to_the_unrolled_gradients():
+    """benchmarks/scan_layers.py's three programs compute one gradient (its table would compare
+    different work otherwise), and a scan holds fewer kernels than the unrolled layers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import scan_layers
+
+    unrolled, *scans = scan_layers.measure("tiny", batch=1, seq=8)
+    assert [r["way"] for r in scans] == ["scan, stacked in the step", "scan, stored stacked"]
+    assert all(r["grad_error"] < 1e-6 and r["kernels"] < unrolled["kernels"] for r in scans), scans
+
+
 def _common():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import common
