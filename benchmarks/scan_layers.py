@@ -21,18 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-
-
-def kernels(hlo_text: str) -> int:
-    """How many fusions a compiled program holds (see compile_time.py)."""
-    return len(re.findall(r"^\s*(?:ROOT )?%\S+ = \S+ fusion\(", hlo_text, re.M))
+from compile_time import kernels  # noqa: E402
 
 
 def measure(name: str, batch: int, seq: int) -> list[dict]:
@@ -68,10 +63,13 @@ def measure(name: str, batch: int, seq: int) -> list[dict]:
             x = nnx.merge(block_def, state)(x, positions)[0]
         return head(rest, x)
 
-    def stacked_in_step(rest, layers):
-        return scanned(rest, jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers))
+    def stack(layers):
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
 
-    stored = jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)
+    def stacked_in_step(rest, layers):
+        return scanned(rest, stack(layers))
+
+    stored = stack(layers)
     records, reference = [], None
     for way, loss, params in (("unrolled", unrolled, layers),
                               ("scan, stacked in the step", stacked_in_step, layers),
