@@ -279,13 +279,14 @@ def test_math_verify_backs_the_math_reward_where_installed_and_the_rules_stay(mo
 
 
 @pytest.mark.slow
-def test_test_prompts_a_stage_trained_on_are_counted_and_the_rest_scored_apart(tmp_path, capsys):
+def test_test_prompts_a_stage_trained_on_are_counted_and_the_rest_scored_apart(tmp_path, capsys,
+                                                                               micro_model):
     """One-digit products have 100 questions, so another seed's test prompts are mostly training prompts:
     with allow_overlap the run says how many, and the table scores the others first, with its interval."""
     products = "reasoning_gym:products?products.max_digits=1"
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump({
-        "output_dir": str(tmp_path / "run"), "export": False,
+        "output_dir": str(tmp_path / "run"), "export": False, "model": str(micro_model),
         "data": {"train": f"{products}&size=60&seed=1", "test": f"{products}&size=40&seed=2"},
         "defaults": {"seq_len": 96, "warmup_steps": 0, "batch_size": 2, "eval_every": 0, "n_accuracy": 0},
         "stages": [{"name": "sft", "algorithm": "sft", "steps": 1}],

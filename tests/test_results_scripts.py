@@ -81,13 +81,14 @@ def test_committed_adapters_are_small_described_and_chained():
         assert {"command", "seed", "data"} <= manifest["runs"][folder.name].keys()
 
 
-def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch):
-    """rl_entropy.py on the tiny model, 64 prompts x 8 samples: the mean -log p of the sampled
+def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch, micro_model):
+    """rl_entropy.py on the micro model, 64 prompts x 8 samples: the mean -log p of the sampled
     tokens (the entropy GRPO's rollouts log) and the exact entropy (TRL's) agree within the
-    interval, and the sampler's log-probs are the forward pass's."""
+    interval, and the sampler's log-probs are the forward pass's. (The estimators' agreement does
+    not depend on depth: the 1-layer model's 4,000+ tokens take 4 s here, tiny's 18 s.)"""
     monkeypatch.syspath_prepend(str(ROOT / "course" / "results" / "scripts"))
     rl_entropy = importlib.import_module("rl_entropy")
-    measured = rl_entropy.measure("tiny", prompts=64, samples=8, seed=0)
+    measured = rl_entropy.measure(str(micro_model), prompts=64, samples=8, seed=0)
     lo, hi = measured["sampled_minus_exact_ci95"]
     assert measured["tokens"] > 4000 and lo < 0 < hi and hi - lo < 0.1
     assert measured["max_abs_logprob_gap_cache_vs_recompute"] < 1e-4

@@ -384,7 +384,7 @@ ATTACKS = [
 ]
 
 
-def test_an_rl_run_whose_verifier_is_attacked_trains_on_and_counts_the_attacks(tmp_path):
+def test_an_rl_run_whose_verifier_is_attacked_trains_on_and_counts_the_attacks(tmp_path, micro_model):
     from tunix_lite.rl.grpo import run_grpo
     from tunix_lite.verifiers import VerifierPool, check_code
 
@@ -393,8 +393,9 @@ def test_an_rl_run_whose_verifier_is_attacked_trains_on_and_counts_the_attacks(t
             programs = [ATTACKS[i % len(ATTACKS)] for i in range(len(completions))]
             return pool.map(check_code, [(program, TESTS) for program in programs])
 
-        config = GRPOConfig(**RUN | {"steps": 2, "inner_iterations": 1, "log_every": 1, "n_accuracy": 0,
-                                     "max_new_tokens": 8, "output_dir": str(tmp_path / "run")})
+        config = GRPOConfig(**RUN | {"model": str(micro_model), "steps": 2, "inner_iterations": 1,
+                                     "log_every": 1, "n_accuracy": 0, "max_new_tokens": 8,
+                                     "output_dir": str(tmp_path / "run")})
         history = run_grpo(config, rewards=Rewards({"code": attacked_code}), verbose=False).history
     assert [h["step"] for h in history] == [1, 2] and all(np.isfinite(h["loss"]) for h in history)
     assert [h["reward"] for h in history] == [1 / 8, 1 / 8]  # the honest program, once in 8

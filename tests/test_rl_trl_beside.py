@@ -1,7 +1,9 @@
-"""course/results/scripts/rl_trl_beside.py: TRL's GRPOTrainer (trl 1.16, test-only) on a tunix_lite GRPO config,
-2 steps of the tiny model with LoRA. The two runs train on the same prompt ids (the script checks
-every one, BOS included), both write one history entry per step, and TRL's model, exported with its
-adapters merged, loads in tunix_lite with the logits transformers computes from that directory."""
+"""course/results/scripts/rl_trl_beside.py: TRL's GRPOTrainer (trl 1.16, test-only) on a
+tunix_lite GRPO config, 2 steps with LoRA of the micro model (tiny's architecture and tokenizer,
+one layer: what is compared is plumbing, which depth does not change). The two runs train on the
+same prompt ids (the script checks every one, BOS included), both write one history entry per step,
+and TRL's model, exported with its adapters merged, loads in tunix_lite with the logits
+transformers computes from that directory."""
 
 import importlib.util
 import json
@@ -18,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "course" / "results" / "scripts" / "rl_trl_beside.py"
-TINY_GRPO = {
+GRPO = {
     "algorithm": "grpo",
     "model": "tiny",
     "train_data": "synthetic",
@@ -50,14 +52,15 @@ def _script():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, micro_model):
     """(settings, TRL's output folder, tunix_lite's history) of 2 steps on the same config."""
     from tunix_lite.rl.grpo import GRPOConfig, run_grpo
 
     tmp = tmp_path_factory.mktemp("beside")
     config = tmp / "grpo.yaml"
     config.write_text(
-        yaml.safe_dump(TINY_GRPO | {"output_dir": str(tmp / "tunix")}), encoding="utf-8"
+        yaml.safe_dump(GRPO | {"model": str(micro_model), "output_dir": str(tmp / "tunix")}),
+        encoding="utf-8",
     )
     settings = _script().run(str(config), None, tmp / "trl", None)
     tunix = run_grpo(GRPOConfig.from_yaml(config), verbose=False)
@@ -105,7 +108,7 @@ def test_trl_model_loads_in_tunix_lite_with_transformers_logits(runs):
 
 
 @pytest.fixture(scope="module")
-def moved_runs(tmp_path_factory):
+def moved_runs(tmp_path_factory, micro_model):
     """TRL runs of 3 steps whose rewards vary (completion lengths), so every step moves the
     weights: "once" in one go, "twice" stopped after step 2 and resumed from its checkpoint."""
     script = _script()
@@ -118,7 +121,8 @@ def moved_runs(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("moved")
     config = tmp / "grpo.yaml"
-    config.write_text(yaml.safe_dump(TINY_GRPO | {"steps": 3, "output_dir": str(tmp / "t")}))
+    config.write_text(yaml.safe_dump(GRPO | {"model": str(micro_model), "steps": 3,
+                                            "output_dir": str(tmp / "t")}))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(script, "trl_reward_functions", lambda *_: [length, length_mod_7])
         script.run(str(config), None, tmp / "once", None)
@@ -190,7 +194,7 @@ def test_a_checkpoints_adapters_are_the_ones_its_step_trained(moved_runs):
 def test_a_bad_stop_resume_or_checkpoint_is_one_line(tmp_path, capsys, flags, fault):
     """Refused before any model loads, naming the flag; nothing in DIR is written."""
     config = tmp_path / "grpo.yaml"
-    config.write_text(yaml.safe_dump(TINY_GRPO | {"output_dir": str(tmp_path / "t")}))
+    config.write_text(yaml.safe_dump(GRPO | {"output_dir": str(tmp_path / "t")}))
     with pytest.raises(SystemExit) as stopped:
         _script().main([str(config), "--out", str(tmp_path / "trl"), *flags])
     err = capsys.readouterr().err.strip()
