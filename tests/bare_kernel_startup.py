@@ -10,6 +10,9 @@ Two things, before the notebook's first cell:
   makes, not a file of the source tree); once it has run (jax is up by then), every Trainer.fit
   stops after BARE_NOTEBOOK_STEPS steps: the profile's code paths, at a few steps each, compiling
   mostly the programs CI's own run of the notebooks compiles (the persistent cache shares them).
+  Every pipeline is loaded with its held-out evaluation and on-policy pair sampling cut to the
+  sizes of notebook 09's ci profile (PIPELINE_CAPS, applied as `--set` settings): sampling, which
+  Trainer.fit does not cover, would otherwise take most of the run.
 """
 
 import dataclasses
@@ -19,6 +22,7 @@ import sys
 FORBIDDEN = os.environ["BARE_NOTEBOOK_FORBIDDEN"].split(os.pathsep)  # the source tree(s)
 ALLOWED = [os.getcwd(), *os.environ["BARE_NOTEBOOK_ALLOWED"].split(os.pathsep)]  # inside them
 STEPS = int(os.environ["BARE_NOTEBOOK_STEPS"])
+PIPELINE_CAPS = {"evaluation.n_prompts": 8, "evaluation.samples": 4, "on_policy_pairs.prompts": 64}
 EVENTS = ("open", "os.listdir", "os.scandir", "glob.glob")
 sys.source_tree_reads = []
 
@@ -63,3 +67,36 @@ def _setup_then_cap_steps(*args, **kwargs):
 
 
 _course_setup.setup = _setup_then_cap_steps
+
+
+def _capped_settings(pipeline) -> list[str]:
+    """`--set` settings that cut `pipeline`'s sampling to PIPELINE_CAPS (none where it is smaller)."""
+    caps = PIPELINE_CAPS
+    settings = []
+    evaluation = pipeline.spec.evaluation
+    if evaluation is not None:
+        samples = min(evaluation.samples, caps["evaluation.samples"])
+        settings += [f"evaluation.n_prompts={min(evaluation.n_prompts, caps['evaluation.n_prompts'])}",
+                     f"evaluation.samples={samples}",
+                     f"evaluation.scaling={[n for n in evaluation.scaling if n <= samples] or [1]}"]
+    for index, stage in enumerate(pipeline.stages):
+        if stage.on_policy_pairs is not None:
+            prompts = min(stage.on_policy_pairs.prompts, caps["on_policy_pairs.prompts"])
+            settings.append(f"stages.{index}.on_policy_pairs.prompts={prompts}")
+    return settings
+
+
+def _cap_pipelines() -> None:
+    import tunix_lite.pipeline as pipeline_package
+    import tunix_lite.pipeline.spec as spec
+
+    load = spec.load_pipeline
+
+    def capped(path, *, settings=(), **overrides):
+        pipeline = load(path, settings=settings, **overrides)
+        return load(path, settings=[*settings, *_capped_settings(pipeline)], **overrides)
+
+    spec.load_pipeline = pipeline_package.load_pipeline = capped
+
+
+_cap_pipelines()
