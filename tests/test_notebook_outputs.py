@@ -4,11 +4,13 @@
 import copy
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +116,34 @@ def test_ci_fails_when_a_deterministic_cells_committed_output_drifts(tmp_path):
                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
         results[name] = run.returncode
     assert results == {"committed.ipynb": 0, "edited.ipynb": 1}
+
+
+def test_ci_fails_a_lesson_cell_that_reads_the_repository_outside_notebooks(tmp_path):
+    """CI's nbval run of the lessons starts each kernel with the source-tree guard (conftest.py):
+    in a stand-in repository with the same conftest.py, a lesson that reads ../README.md fails,
+    even where it checks that the file exists first, and so does one that reads the package's
+    files by a path out of its folder (Colab has no ../tunix_lite); one that reads its own folder
+    and the package's files where the package says they are passes."""
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "source_tree_guard.py", tmp_path / "tests")
+    (tmp_path / "README.md").write_text("the repository's\n")
+    (tmp_path / "tunix_lite").symlink_to(ROOT / "tunix_lite")  # imported from the stand-in
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "notes.txt").write_text("the lesson's own\n")
+    reads = {"outside.ipynb": 'saved = pathlib.Path("../README.md")\n'
+                              'text = saved.read_text() if saved.is_file() else ""',
+             "climbs.ipynb": 'pathlib.Path("../tunix_lite/configs/sft_tiny.yaml").read_text()',
+             "inside.ipynb": 'text = pathlib.Path("notes.txt").read_text()\n'
+                             'import tunix_lite.configs\n'
+                             'assert tunix_lite.configs.__file__.startswith(str(pathlib.Path.cwd().parent))\n'
+                             'tunix_lite.configs.path("sft_tiny").read_text()'}
+    results = {}
+    for name, source in reads.items():
+        path = tmp_path / "notebooks" / name
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"import pathlib\n{source}")]), path)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                              "--nbval-current-env", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=300, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+        results[name] = (run.returncode, "a file of the source tree" in run.stdout)
+    assert results == {"outside.ipynb": (1, True), "climbs.ipynb": (1, True), "inside.ipynb": (0, False)}

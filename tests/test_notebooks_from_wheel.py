@@ -6,7 +6,7 @@ into a folder of its own and run top to bottom in a fresh venv that has the whee
 nothing of the checkout (tests/hosted_runtime.py). The folder around it stands in for the repository
 (links to its files), so a cell that reads ../configs, ../course or ../runs finds them, and fails:
 every file a cell opens or lists in the source tree outside its own folder raises PermissionError
-(an audit hook in the kernel, tests/bare_kernel_startup.py). The profile's branches run as they do
+(an audit hook in the kernel, tests/source_tree_guard.py). The profile's branches run as they do
 on Colab or Kaggle, and each table a cell looks up by the profile's name gives its row; the sizes the
 profile itself sets (steps, batch, sequence, generated tokens) are the `ci` profile's, and every
 training run stops after STEPS steps: minutes of CPU, not hours. CI runs IN_CI's notebooks;
@@ -50,12 +50,14 @@ NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist
 PROFILE = "cpu"
 
 
-# Every lesson from the wheel costs well over CI's budget on 2 cores: all 19 notebooks took 3,186
-# CPU s on loaded cores (NB03 247, NB05 475, NB07 483; NB04 loads and trains Gemma 3 270M under the
-# cpu profile, NB09 and NB10 run the full capstone_tiny's pair sampling and evaluations). So CI runs
-# every exercise notebook (8-28 CPU s each, 115 in all: what a learner runs most on Colab) and the
-# first lesson, which take every step of the route (the wheel, the empty folder, the audit hook);
-# the other lessons run with TUNIX_LITE_WHEEL_NOTEBOOKS=all, e.g. before a release.
+# Every lesson from the wheel costs well over CI's budget on 2 cores: lessons 02-10 took 1,865 CPU s
+# (02 53, 03 149, 04 539, 05 294, 06 128, 07 330, 08 105, 09 133, 10 135; NB04 loads and trains
+# Gemma 3 270M under the cpu profile, NB05 and NB07 train their own SFT model and teacher cache).
+# So CI runs every exercise notebook (8-28 CPU s each, 115 in all: what a learner runs most on
+# Colab) and the first lesson, which take every step of the route (the wheel, the empty folder,
+# the audit hook); the other lessons run with TUNIX_LITE_WHEEL_NOTEBOOKS=all, e.g. before a
+# release, and CI's own run of every lesson (nbval) has the same audit hook
+# (notebooks/conftest.py), along the ci profile's branches.
 IN_CI = ("01_core_concepts_jax_nnx.ipynb", *(path.name for path in EXERCISES))
 
 
@@ -89,13 +91,14 @@ def make_bare(root: Path) -> dict:
         "display_name": "the runtime", "language": "python"}))
     startup = root / "ipython" / "profile_default" / "startup"
     startup.mkdir(parents=True)
-    shutil.copy(HERE / "bare_kernel_startup.py", startup / "00_bare_kernel.py")
+    shutil.copy(HERE / "source_tree_guard.py", startup / "00_source_tree_guard.py")
+    shutil.copy(HERE / "bare_kernel_startup.py", startup / "01_bare_kernel.py")
     env |= {"PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}",
             "JUPYTER_PATH": str(root / "jupyter"), "JUPYTER_DATA_DIR": str(root / "jupyter"),
             "IPYTHONDIR": str(root / "ipython"), "BARE_NOTEBOOK_STEPS": str(STEPS),
-            "BARE_NOTEBOOK_FORBIDDEN": os.pathsep.join([str(ROOT), str(repository)]),
+            "SOURCE_TREE_FORBIDDEN": os.pathsep.join([str(ROOT), str(repository)]),
             # the environment the runtime's packages link to, and CI's compilation cache
-            "BARE_NOTEBOOK_ALLOWED": os.pathsep.join([str(Path(sys.prefix).resolve()), str(ROOT / ".cache")]),
+            "SOURCE_TREE_ALLOWED": os.pathsep.join([str(Path(sys.prefix).resolve()), str(ROOT / ".cache")]),
             # converted Gemma weights and compiled programs: this machine's, as a session's disk keeps them
             "TUNIX_LITE_CACHE": str(compile_cache.cache_root())}
     return {"python": python, "repository": repository, "env": env, "venv": root / "venv"}

@@ -1,0 +1,44 @@
+"""IPython startup file: a cell that opens or lists a file of the source tree outside its notebook's
+folder fails with PermissionError, as it would on Colab or Kaggle, where a notebook has nothing of
+the repository beside it.
+
+Kernels that start with it: those tests/test_notebooks_from_wheel.py runs notebooks in (from the
+wheel, in a stand-in repository), and nbval's kernels for the lessons (notebooks/conftest.py). A
+Python audit hook checks every open, listdir, scandir and glob of a path inside
+SOURCE_TREE_FORBIDDEN (the repository, or its stand-in). It raises, and records the path in
+sys.source_tree_reads (a cell that catches the error is still found afterwards), where the path is
+outside the kernel's working folder and either outside SOURCE_TREE_ALLOWED (the package, the
+environment, the compilation cache) or written relative with a `..` that climbs out of the folder:
+`../tunix_lite/configs/x.yaml` is the checkout's copy, which Colab does not have, while the
+package's own absolute paths (`tunix_lite.configs.path("x")`) are the installed copy there too.
+"""
+
+import os
+import sys
+
+FORBIDDEN = os.environ["SOURCE_TREE_FORBIDDEN"].split(os.pathsep)
+HERE = os.getcwd()  # the notebook's folder
+ALLOWED = [HERE, *os.environ["SOURCE_TREE_ALLOWED"].split(os.pathsep)]
+EVENTS = ("open", "os.listdir", "os.scandir", "glob.glob")
+sys.source_tree_reads = []
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event not in EVENTS or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+        return
+    given = os.fsdecode(args[0])
+    named = os.path.abspath(given)
+    climbs = not os.path.isabs(given) and ".." in given.split(os.sep)
+    for path in (named, os.path.realpath(named)):
+        outside = not _inside(path, ALLOWED) or (climbs and not _inside(path, [HERE]))
+        if _inside(path, FORBIDDEN) and outside:
+            sys.source_tree_reads.append(given)
+            raise PermissionError(f"a cell reads {given!r}, a file of the source tree "
+                                  "outside the notebook's folder: on Colab or Kaggle it is not there")
+
+
+sys.addaudithook(_audit)
