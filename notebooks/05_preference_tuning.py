@@ -234,15 +234,15 @@ print(f"loss by hand {by_hand:.4f} = log 2 = {np.log(2):.4f};  library {float(me
 # it is not on disk); `ci` starts from the pretrained one, to stay short.
 
 # %%
+from tunix_lite import configs
+from tunix_lite.training.sft import SFTConfig, run_sft
+
+sft_config = SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=None)  # shipped with the package
+saved = pathlib.Path("runs/sft_tiny/model")  # what `tunix-lite train --config sft_tiny` writes here
 if profile.name == "ci":
     start = model
-else:  # the SFT stage: reuse runs/sft_tiny/model if `tunix-lite train --config sft_tiny` ran in this folder
-    from tunix_lite import configs
-    from tunix_lite.training.sft import SFTConfig, run_sft
-
-    saved = pathlib.Path("runs/sft_tiny/model")
-    start = (tunix_lite.load(str(saved))[0] if saved.is_dir() else
-             run_sft(SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=None)).model)
+else:  # the SFT stage: its saved model, or trained here
+    start = tunix_lite.load(str(saved))[0] if saved.is_dir() else run_sft(sft_config).model
 reference = reference_policy(start)  # a frozen clone, in eval mode (with LoRA: the base view)
 dpo = PreferenceLoss("sigmoid", beta=BETA)
 train_extras = {"ref_logps": reference_log_probs(reference, train_data, S["batch"])}

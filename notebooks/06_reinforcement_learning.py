@@ -317,15 +317,16 @@ for mode in losses.AGGREGATIONS:
 # output of `tunix_lite/configs/sft_tiny.yaml`, trained here if it is not on disk); `ci` starts from the pretrained one.
 
 # %%
+from tunix_lite import configs
+from tunix_lite.training.sft import SFTConfig, run_sft
+
+sft_config = SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir="runs/sft_tiny")  # in the package
+saved = pathlib.Path(sft_config.output_dir) / "model"  # what `tunix-lite train --config sft_tiny` writes here
 if S["start"] == "tiny":
     start = "tiny"
-else:  # the SFT stage: reuse runs/sft_tiny/model if `tunix-lite train --config sft_tiny` ran in this folder
-    saved = pathlib.Path("runs/sft_tiny/model")
+else:  # the SFT stage: its saved model, or trained here
     if not saved.is_dir():
-        from tunix_lite import configs
-        from tunix_lite.training.sft import SFTConfig, run_sft
-
-        run_sft(SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=str(saved.parent)))
+        run_sft(sft_config)
     start = str(saved)
 model, tokenizer = tunix_lite.load(start)
 prompts = Prompts.build(splits["train"], tokenizer, max_tokens=S["seq_len"] + 1 - S["max_new_tokens"], drop_long=True)
