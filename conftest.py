@@ -6,6 +6,7 @@ environment and the compilation cache. (tests/test_notebooks_from_wheel.py runs 
 the wheel itself; other kernels, a test's own, start without the guard.)"""
 
 import atexit
+import functools
 import os
 import shutil
 import sys
@@ -16,12 +17,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 LESSONS = ROOT / "notebooks"
-_guard: dict[str, str] = {}
 
 
-def _guard_environment(tmp: Path) -> dict[str, str]:
+@functools.cache
+def _guard_environment() -> dict[str, str]:
     """Kernels read IPython's startup files from IPYTHONDIR and inherit this process's
     environment: a folder of their own, with the guard as its only startup file."""
+    tmp = Path(tempfile.mkdtemp(prefix="tunix-lite-ipython-"))
+    atexit.register(shutil.rmtree, tmp, True)
     startup = tmp / "profile_default" / "startup"
     startup.mkdir(parents=True)
     shutil.copy(ROOT / "tests" / "source_tree_guard.py", startup / "00_source_tree_guard.py")
@@ -35,14 +38,10 @@ def _guard_environment(tmp: Path) -> dict[str, str]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     """nbval starts a notebook's kernel in the setup of its first cell: a lesson's, guarded."""
-    if not _guard:
-        tmp = Path(tempfile.mkdtemp(prefix="tunix-lite-ipython-"))
-        atexit.register(shutil.rmtree, tmp, True)
-        _guard.update(_guard_environment(tmp))
-    lesson = LESSONS in Path(str(item.path)).resolve().parents
-    saved = {key: os.environ.get(key) for key in _guard}
-    if lesson:
-        os.environ.update(_guard)
+    guard = _guard_environment()
+    saved = {key: os.environ.get(key) for key in guard}
+    if LESSONS in Path(str(item.path)).resolve().parents:
+        os.environ.update(guard)
     try:
         yield
     finally:

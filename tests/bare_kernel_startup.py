@@ -44,8 +44,7 @@ _course_setup.setup = _setup_then_cap_steps
 
 def _capped_settings(pipeline) -> list[str]:
     """`--set` settings that cut `pipeline`'s sampling to PIPELINE_CAPS (none where it is smaller)."""
-    caps = PIPELINE_CAPS
-    settings = []
+    caps, settings = PIPELINE_CAPS, []
     evaluation = pipeline.spec.evaluation
     if evaluation is not None:
         samples = min(evaluation.samples, caps["evaluation.samples"])

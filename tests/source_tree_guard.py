@@ -3,7 +3,7 @@ folder fails with PermissionError, as it would on Colab or Kaggle, where a noteb
 the repository beside it.
 
 Kernels that start with it: those tests/test_notebooks_from_wheel.py runs notebooks in (from the
-wheel, in a stand-in repository), and nbval's kernels for the lessons (notebooks/conftest.py). A
+wheel, in a stand-in repository), and nbval's kernels for the lessons (the repository's conftest.py). A
 Python audit hook checks every open, listdir, scandir and glob of a path inside
 SOURCE_TREE_FORBIDDEN (the repository, or its stand-in). It raises, and records the path in
 sys.source_tree_reads (a cell that catches the error is still found afterwards), where the path is

@@ -57,7 +57,7 @@ PROFILE = "cpu"
 # Colab) and the first lesson, which take every step of the route (the wheel, the empty folder,
 # the audit hook); the other lessons run with TUNIX_LITE_WHEEL_NOTEBOOKS=all, e.g. before a
 # release, and CI's own run of every lesson (nbval) has the same audit hook
-# (notebooks/conftest.py), along the ci profile's branches.
+# (conftest.py), along the ci profile's branches.
 IN_CI = ("01_core_concepts_jax_nnx.ipynb", *(path.name for path in EXERCISES))
 
 
