@@ -1,52 +1,92 @@
-"""nbval's kernels for the lessons (notebooks/) start with tests/source_tree_guard.py: a cell that
-opens or lists a file of the repository outside notebooks/ (../configs, ../course, ../runs) fails,
-as it would on Colab or Kaggle, where a notebook has nothing of the repository beside it. Allowed
-besides that folder: the package (the checkout's tunix_lite/, what the wheel ships), the
-environment and the compilation cache. (tests/test_notebooks_from_wheel.py runs the lessons from
-the wheel itself; other kernels, a test's own, start without the guard.)"""
+"""nbval runs each lesson (notebooks/) as a Colab or Kaggle session would: its kernel imports
+tunix_lite from the wheel (built once per test run, put first on the kernel's path) and starts in an
+empty folder of its own, inside a stand-in repository (links to the checkout's files), with
+tests/source_tree_guard.py: a cell that opens or lists a file of the repository (../configs,
+../course, ../tunix_lite/configs) fails, and so does importing the checkout's package. Allowed
+besides the folder: the wheel's files, the environment and the compilation caches. (Other
+kernels, a test's own, start as they are; tests/test_notebooks_from_wheel.py runs the exercise
+notebooks, and on request every lesson under the cpu profile, in a fresh venv.)"""
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
+import nbval.plugin
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent
 LESSONS = ROOT / "notebooks"
+SHARED = "TUNIX_LITE_LESSON_RUNTIME"  # the folder every xdist worker's lesson kernels share
+sys.path.insert(0, str(ROOT / "tests"))
+from hosted_runtime import build_wheel, install_wheel, stand_in_repository  # noqa: E402
+
+
+def pytest_configure(config):
+    """One folder for the run (the controller's, inherited by xdist's workers), built on first
+    use."""
+    if SHARED not in os.environ:
+        folder = tempfile.mkdtemp(prefix="tunix-lite-lessons-")
+        os.chmod(folder, 0o755)  # world-readable as an installed package is (sandbox: `nobody`)
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ[SHARED] = folder
 
 
 @functools.cache
-def _guard_environment() -> dict[str, str]:
-    """Kernels read IPython's startup files from IPYTHONDIR and inherit this process's
-    environment: a folder of their own, with the guard as its only startup file."""
-    tmp = Path(tempfile.mkdtemp(prefix="tunix-lite-ipython-"))
-    atexit.register(shutil.rmtree, tmp, True)
-    startup = tmp / "profile_default" / "startup"
-    startup.mkdir(parents=True)
-    shutil.copy(ROOT / "tests" / "source_tree_guard.py", startup / "00_source_tree_guard.py")
+def _lesson_runtime() -> dict:
+    """The wheel's files, the stand-in repository and the guard's environment (once per run)."""
+    shared = Path(os.environ[SHARED])
+    with FileLock(shared / "build.lock"):
+        if not (shared / "ready").exists():
+            install_wheel(build_wheel(shared / "src"), shared / "site")
+            stand_in_repository(shared / "repository")
+            startup = shared / "ipython" / "profile_default" / "startup"
+            startup.mkdir(parents=True)
+            shutil.copy(ROOT / "tests" / "source_tree_guard.py", startup / "00_guard.py")
+            (shared / "ready").touch()
     cache = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".cache"))
-    allowed = [ROOT / "tunix_lite", Path(sys.prefix).resolve(), ROOT / ".cache",
+    allowed = [shared / "site", Path(sys.prefix).resolve(), ROOT / ".cache",
                Path(cache).resolve()]
-    return {"IPYTHONDIR": str(tmp), "SOURCE_TREE_FORBIDDEN": str(ROOT),
-            "SOURCE_TREE_ALLOWED": os.pathsep.join(map(str, allowed))}
+    environment = {"IPYTHONDIR": str(shared / "ipython"), "PYTHONPATH": str(shared / "site"),
+                   "SOURCE_TREE_FORBIDDEN": os.pathsep.join([str(ROOT),
+                                                             str(shared / "repository")]),
+                   "SOURCE_TREE_ALLOWED": os.pathsep.join(map(str, allowed))}
+    return {"repository": shared / "repository", "environment": environment}
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item):
-    """nbval starts a notebook's kernel in the setup of its first cell: a lesson's, guarded."""
-    guard = _guard_environment()
-    saved = {key: os.environ.get(key) for key in guard}
-    if LESSONS in Path(str(item.path)).resolve().parents:
-        os.environ.update(guard)
+@contextlib.contextmanager
+def _lesson_kernel(notebook: Path):
+    """nbval starts the kernel (in the setup of the notebook's first cell) in `notebook`'s empty
+    folder, with the guard's environment."""
+    runtime = _lesson_runtime()
+    folder = runtime["repository"] / notebook.stem
+    folder.mkdir(exist_ok=True)
+    start = nbval.plugin.RunningKernel
+    saved = {key: os.environ.get(key) for key in runtime["environment"]}
+    os.environ.update(runtime["environment"])
     try:
-        yield
+        def in_folder(name, cwd=None, **options):
+            return start(name, cwd=str(folder), **options)
+
+        with mock.patch.object(nbval.plugin, "RunningKernel", in_folder):
+            yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    path = Path(str(item.path)).resolve()
+    lesson = path.parent == LESSONS and path.suffix == ".ipynb"
+    with _lesson_kernel(path) if lesson else contextlib.nullcontext():
+        yield

@@ -88,15 +88,15 @@ pipeline_values = {
     "model": "tiny",
     "data": {"style": "reasoning", "domains": ["arithmetic", "compare", "sort", "count", "sequence", "instruction"],
              "weights": {"arithmetic": 2, "compare": 1, "sort": 1, "count": 1, "sequence": 2, "instruction": 1},
-             "n_train": 400 if CI else 1200, "n_validation": 16 if CI else 32, "n_test": 64},
+             "n_train": 400 if CI else 1200, "n_validation": 8 if CI else 32, "n_test": 64},
     "defaults": {"seq_len": 160, "truncation": "drop", "batch_size": 8, "checkpoint_every": 20,
                  "eval_every": 0, "log_every": 5, "n_accuracy": 0},
     "stages": [
         {"name": "sft", "algorithm": "sft", "steps": 16 if CI else 60, "packing": True, "learning_rate": 1e-3,
          "warmup_steps": 3},
-        {"name": "dpo", "algorithm": "dpo", "steps": 4 if CI else 30, "learning_rate": 5e-5, "warmup_steps": 1,
+        {"name": "dpo", "algorithm": "dpo", "steps": 2 if CI else 30, "learning_rate": 5e-5, "warmup_steps": 1,
          "beta": 0.1, "nll_weight": 1.0,
-         "on_policy_pairs": {"prompts": 64 if CI else 1024, "samples": 8, "max_new_tokens": 64}},
+         "on_policy_pairs": {"prompts": 32 if CI else 1024, "samples": 8, "max_new_tokens": 64}},
         {"name": "grpo", "algorithm": "grpo", "steps": 2 if CI else 30, "learning_rate": 1e-5, "warmup_steps": 1,
          "batch_size": 4, "group_size": 4, "max_new_tokens": 64, "rewards": ["exact_match", "reasoning_format"]},
     ],
@@ -258,7 +258,7 @@ with VerifierPool(workers=2, timeout=1.0) as pool:
 
 # %%
 short = write_pipeline({"model": "tiny", "data": pipeline_values["data"], "defaults": pipeline_values["defaults"],
-                        "stages": [{"name": "sft", "algorithm": "sft", "steps": 6, "checkpoint_every": 2,
+                        "stages": [{"name": "sft", "algorithm": "sft", "steps": 4, "checkpoint_every": 2,
                                     "warmup_steps": 1}], "evaluation": None, "export": False}, name="short.yaml")
 first = run_pipeline(load_pipeline(short, max_minutes=0.001), verbose=False)
 steps = sorted(p.name for p in (workdir / "short" / "sft" / "checkpoints").iterdir())
@@ -330,7 +330,7 @@ agent = write_pipeline({
     "data": {"tasks": "calculator", "n_train": 400, "n_validation": 16, "n_test": 32},
     "defaults": {"seq_len": 128, "batch_size": 8, "checkpoint_every": 10, "eval_every": 0, "log_every": 5,
                  "n_accuracy": 0},
-    "stages": [{"name": "sft", "algorithm": "sft", "steps": 16 if CI else 60, "learning_rate": 1e-3,
+    "stages": [{"name": "sft", "algorithm": "sft", "steps": 12 if CI else 60, "learning_rate": 1e-3,
                 "warmup_steps": 2},
                {"name": "rl", "algorithm": "agent", "steps": 2 if CI else 40, "learning_rate": 1e-5,
                 "warmup_steps": 1, "batch_size": 4, "group_size": 4, "max_new_tokens": 24, "n_eval": 0}],

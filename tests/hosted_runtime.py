@@ -1,5 +1,6 @@
-"""What the tests of a hosted runtime share (tests/test_hosted_install.py, test_notebooks_from_wheel.py):
-the wheel a learner builds, and a fresh venv that plays a Colab/Kaggle runtime, offline.
+"""What the tests of a hosted runtime share (tests/test_hosted_install.py, test_notebooks_from_wheel.py,
+and the lessons' nbval kernels, conftest.py): the wheel a learner builds, a fresh venv that plays a
+Colab/Kaggle runtime, offline, and a stand-in repository around a notebook's empty folder.
 
 The venv has no packages of its own: a .pth adds a farm of symlinks to this environment's
 site-packages (pip, jax and the rest; tunix_lite filtered out), which play the runtime's preinstalled
@@ -20,6 +21,9 @@ from tunix_lite import course
 
 ROOT = Path(__file__).resolve().parents[1]
 UNREACHABLE = "http://127.0.0.1:9/simple"  # connection refused at once: PyPI "offline"
+# not linked into a stand-in repository: what is not the source (the package is: a cell that reads
+# ../tunix_lite/configs fails as one that reads ../course does)
+NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist"}
 
 
 def offline_env(home: Path, **extra) -> dict[str, str]:
@@ -44,6 +48,25 @@ def build_wheel(src: Path) -> Path:
                    cwd=src, check=True, env=offline_env(src), timeout=120)
     (whl,) = (src / "dist").glob(f"tunix_lite-{course.VERSION}-py3-none-any.whl")
     return whl
+
+
+def install_wheel(wheel: Path, target: Path) -> Path:
+    """The wheel's files alone in `target` (pip --target, no dependencies): a folder to put first on
+    a python's path, so that it imports tunix_lite from the wheel, not from the checkout."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                    str(target), str(wheel)], check=True, env=offline_env(target.parent), timeout=120)
+    return target
+
+
+def stand_in_repository(folder: Path) -> Path:
+    """folder, with a link to each entry of the checkout's source: a notebook run in an empty
+    subfolder of it reaches the repository by the paths it would in a clone (../configs), so the
+    source-tree guard (tests/source_tree_guard.py) sees those reads."""
+    folder.mkdir(parents=True)
+    for entry in ROOT.iterdir():
+        if entry.name not in NOT_SOURCE:
+            (folder / entry.name).symlink_to(entry)
+    return folder
 
 
 def farm(folder: Path, leave_out: tuple[str, ...] = ()) -> Path:

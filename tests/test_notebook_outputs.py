@@ -118,32 +118,40 @@ def test_ci_fails_when_a_deterministic_cells_committed_output_drifts(tmp_path):
     assert results == {"committed.ipynb": 0, "edited.ipynb": 1}
 
 
-def test_ci_fails_a_lesson_cell_that_reads_the_repository_outside_notebooks(tmp_path):
-    """CI's nbval run of the lessons starts each kernel with the source-tree guard (conftest.py):
-    in a stand-in repository with the same conftest.py, a lesson that reads ../README.md fails,
-    even where it checks that the file exists first, and so does one that reads the package's
-    files by a path out of its folder (Colab has no ../tunix_lite); one that reads its own folder
-    and the package's files where the package says they are passes."""
+def test_ci_runs_each_lesson_from_the_wheel_in_an_empty_folder_and_fails_a_source_tree_read(tmp_path):
+    """CI's nbval run of the lessons (conftest.py), in a stand-in repository with the same
+    conftest.py: a lesson's kernel starts in an empty folder and imports tunix_lite from the wheel;
+    a lesson that reads ../README.md fails, even where it checks that the file exists first, and so
+    does one that reads the package's files by a path out of its folder (Colab has no
+    ../tunix_lite); one that writes and reads its own folder and reads the package's files where the
+    installed package says they are passes."""
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "tests").mkdir()
-    shutil.copy(ROOT / "tests" / "source_tree_guard.py", tmp_path / "tests")
+    for name in ("source_tree_guard.py", "hosted_runtime.py"):
+        shutil.copy(ROOT / "tests" / name, tmp_path / "tests")
     (tmp_path / "README.md").write_text("the repository's\n")
-    (tmp_path / "tunix_lite").symlink_to(ROOT / "tunix_lite")  # imported from the stand-in
+    for name in ("tunix_lite", "pyproject.toml"):  # what the wheel is built from
+        (tmp_path / name).symlink_to(ROOT / name)
     (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "notes.txt").write_text("the lesson's own\n")
     reads = {"outside.ipynb": 'saved = pathlib.Path("../README.md")\n'
                               'text = saved.read_text() if saved.is_file() else ""',
              "climbs.ipynb": 'pathlib.Path("../tunix_lite/configs/sft_tiny.yaml").read_text()',
-             "inside.ipynb": 'text = pathlib.Path("notes.txt").read_text()\n'
-                             'import tunix_lite.configs\n'
-                             'assert tunix_lite.configs.__file__.startswith(str(pathlib.Path.cwd().parent))\n'
+             "inside.ipynb": 'assert not list(pathlib.Path.cwd().iterdir())  # an empty folder\n'
+                             'pathlib.Path("notes.txt").write_text("written here")\n'
+                             'assert pathlib.Path("notes.txt").read_text() == "written here"\n'
+                             'import os, tunix_lite.configs\n'
+                             'assert tunix_lite.configs.__file__.startswith(os.environ["PYTHONPATH"])\n'
                              'tunix_lite.configs.path("sft_tiny").read_text()'}
-    results = {}
     for name, source in reads.items():
-        path = tmp_path / "notebooks" / name
-        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"import pathlib\n{source}")]), path)
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                              "--nbval-current-env", str(path)], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=300, env=dict(os.environ, PYTHONPATH=str(tmp_path)))
-        results[name] = (run.returncode, "a file of the source tree" in run.stdout)
-    assert results == {"outside.ipynb": (1, True), "climbs.ipynb": (1, True), "inside.ipynb": (0, False)}
+        cell = nbformat.v4.new_code_cell(f"import pathlib\n{source}")
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / "notebooks" / name)
+    env = {k: v for k, v in os.environ.items() if k != "TUNIX_LITE_LESSON_RUNTIME"}  # its own wheel
+    run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "--nbval-lax",
+                          "--nbval-current-env", "notebooks"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600, env=env | {"PYTHONPATH": str(tmp_path)})
+    outcomes = {line.split()[1].split("/")[1].split("::")[0]: line.split()[0]
+                for line in run.stdout.splitlines() if line.startswith(("PASSED ", "FAILED "))}
+    assert outcomes == {"outside.ipynb": "FAILED", "climbs.ipynb": "FAILED", "inside.ipynb": "PASSED"}, \
+        run.stdout[-3000:]
+    for read in ("../README.md", "../tunix_lite/configs/sft_tiny.yaml"):
+        assert f"a cell reads '{read}', a file of the source tree" in run.stdout

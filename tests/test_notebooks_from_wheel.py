@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hosted_runtime import ROOT, build_wheel, farm, offline_env, runtime
+from hosted_runtime import ROOT, build_wheel, farm, offline_env, runtime, stand_in_repository
 from tunix_lite import compile_cache, course
 
 HERE = Path(__file__).resolve().parent
@@ -36,10 +36,6 @@ EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
 STEPS = 2  # training steps per fit: the code path, not the payoff
 WORKERS = 2  # notebooks at a time
 TIMEOUT = 600  # seconds per cell
-# not linked into the stand-in repository: what is not the source (the package is: a cell that reads
-# ../tunix_lite/configs fails as one that reads ../course does, and the last cell checks that
-# tunix_lite itself came from the wheel)
-NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist"}
 
 
 # The profile the notebooks run under: a hosted session's branches (every `profile.name != "ci"`).
@@ -50,15 +46,14 @@ NOT_SOURCE = {".git", ".venv", ".cache", ".pytest_cache", "runs", "build", "dist
 PROFILE = "cpu"
 
 
-# Every lesson from the wheel costs well over CI's budget on 2 cores: lessons 02-10 took 1,865 CPU s
-# (02 53, 03 149, 04 539, 05 294, 06 128, 07 330, 08 105, 09 133, 10 135; NB04 loads and trains
-# Gemma 3 270M under the cpu profile, NB05 and NB07 train their own SFT model and teacher cache).
-# So CI runs every exercise notebook (8-28 CPU s each, 115 in all: what a learner runs most on
-# Colab) and the first lesson, which take every step of the route (the wheel, the empty folder,
-# the audit hook); the other lessons run with TUNIX_LITE_WHEEL_NOTEBOOKS=all, e.g. before a
-# release, and CI's own run of every lesson (nbval) has the same audit hook
-# (conftest.py), along the ci profile's branches.
-IN_CI = ("01_core_concepts_jax_nnx.ipynb", *(path.name for path in EXERCISES))
+# CI runs every lesson from the wheel in an empty folder through nbval, along the ci profile's
+# branches (conftest.py), and every exercise notebook here (8-28 CPU s each, 115 in all: what a
+# learner runs most on Colab). The lessons under the cpu profile run here with
+# TUNIX_LITE_WHEEL_NOTEBOOKS=all, e.g. before a release: well over CI's budget on 2 cores, lessons
+# 02-10 took 1,865 CPU s (02 53, 03 149, 04 539, 05 294, 06 128, 07 330, 08 105, 09 133, 10 135;
+# NB04 loads and trains Gemma 3 270M under the cpu profile, NB05 and NB07 train their own SFT model
+# and teacher cache).
+IN_CI = tuple(path.name for path in EXERCISES)
 
 
 def _runs() -> list[tuple[Path, str]]:
@@ -79,11 +74,7 @@ def make_bare(root: Path) -> dict:
     env = offline_env(root / "home")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                    check=True, env=env, timeout=120)
-    repository = root / "repository"
-    repository.mkdir()
-    for entry in ROOT.iterdir():
-        if entry.name not in NOT_SOURCE:
-            (repository / entry.name).symlink_to(entry)
+    repository = stand_in_repository(root / "repository")
     kernels = root / "jupyter" / "kernels" / "python3"
     kernels.mkdir(parents=True)
     (kernels / "kernel.json").write_text(json.dumps({

@@ -140,7 +140,7 @@ def setup_cell(*args: str) -> str:
     installs the package alone (no dependencies) from an attached wheel, then (once released) from
     PyPI, then GitHub, printing one line per route that fails; the last failure stops the cell with
     one line, not a traceback. setup() then installs the dependencies this runtime lacks (keeping an
-    accelerator jax that is in range) and sets fake devices before jax starts.
+    accelerator jax that is in range) and, where asked, sets fake devices before jax starts.
     """
     return _SETUP_CELL.substitute(package=PACKAGE, version=VERSION, uploads=repr(list(WHEEL_GLOBS)),
                                   fix="\n".join(_string("fix", wheel_instructions(), " " * 8)),

@@ -249,12 +249,14 @@ def _force_cpu_devices(n: int) -> None:
             pass  # backends are up; the count check below explains what to do
 
 
-def setup(profile: str | None = None, fake_devices: int | None = 8, extras: Sequence[str] = (),
+def setup(profile: str | None = None, fake_devices: int | None = None, extras: Sequence[str] = (),
           verbose: bool = True, small_programs: bool = False) -> Profile:
     """Prepare this runtime for a course notebook and return the sizing profile.
 
-    fake_devices: how many CPU devices jax should expose (sharding lessons run on 8 fake devices on a
-    laptop); None leaves the flag alone. extras: pip extras the notebook needs, e.g. ["gemma"].
+    fake_devices: how many CPU devices jax should expose: the sharding lesson asks for 8, to build
+    meshes on a laptop; None (the other lessons) leaves the flag alone. Training on CPU uses one
+    device whatever the count, and fake devices cost every program (the sampler runs ~20% longer
+    with 8). extras: pip extras the notebook needs, e.g. ["gemma"].
     small_programs: the notebook runs many programs of a few ops each (eager jnp, one-function
     exercises) and trains no model: on a machine without an accelerator, compile with
     SMALL_PROGRAM_XLA_FLAGS.
@@ -289,7 +291,7 @@ def setup(profile: str | None = None, fake_devices: int | None = 8, extras: Sequ
         versions = " ".join(f"{p} {_version(p)}" for p in ("jax", "jaxlib", "flax", "optax"))
         ours = _installed_version() or f"{VERSION} (checkout)"
         print(f"tunix_lite {ours} | python {_platform.python_version()} | {versions}")
-        print(f"platform {where} | backend {backend} | {prof.devices} devices: {jax.devices()}")
+        print(f"platform {where} | backend {backend} | devices: {jax.devices()}")
         print(f"profile {name}: steps={prof.steps} batch={prof.batch} seq={prof.seq} "
               f"gen_tokens={prof.gen_tokens} demo_model={prof.demo_model} mesh={prof.mesh_shape}")
     return prof
