@@ -68,12 +68,13 @@ def _lesson_kernel(notebook: Path):
     folder = runtime["repository"] / notebook.stem
     folder.mkdir(exist_ok=True)
     start = nbval.plugin.RunningKernel
+
+    def in_folder(name, cwd=None, **options):
+        return start(name, cwd=str(folder), **options)
+
     saved = {key: os.environ.get(key) for key in runtime["environment"]}
     os.environ.update(runtime["environment"])
     try:
-        def in_folder(name, cwd=None, **options):
-            return start(name, cwd=str(folder), **options)
-
         with mock.patch.object(nbval.plugin, "RunningKernel", in_folder):
             yield
     finally:

@@ -255,8 +255,7 @@ def setup(profile: str | None = None, fake_devices: int | None = None, extras: S
 
     fake_devices: how many CPU devices jax should expose: the sharding lesson asks for 8, to build
     meshes on a laptop; None (the other lessons) leaves the flag alone. Training on CPU uses one
-    device whatever the count, and fake devices cost every program (the sampler runs ~20% longer
-    with 8). extras: pip extras the notebook needs, e.g. ["gemma"].
+    device whatever the count, and with 8 fake ones the sampler runs ~20% longer. extras: pip extras the notebook needs, e.g. ["gemma"].
     small_programs: the notebook runs many programs of a few ops each (eager jnp, one-function
     exercises) and trains no model: on a machine without an accelerator, compile with
     SMALL_PROGRAM_XLA_FLAGS.
