@@ -1,11 +1,13 @@
-"""nbval runs each lesson (notebooks/) as a Colab or Kaggle session would: its kernel imports
-tunix_lite from the wheel (built once per test run, put first on the kernel's path) and starts in an
-empty folder of its own, inside a stand-in repository (links to the checkout's files), with
-tests/source_tree_guard.py: a cell that opens or lists a file of the repository (../configs,
-../course, ../tunix_lite/configs) fails, and so does importing the checkout's package. Allowed
-besides the folder: the wheel's files, the environment and the compilation caches. (Other
-kernels, a test's own, start as they are; tests/test_notebooks_from_wheel.py runs the exercise
-notebooks, and on request every lesson under the cpu profile, in a fresh venv.)"""
+"""nbval runs each lesson (notebooks/) and each exercise's solution (solutions/) as a Colab or
+Kaggle session would: its kernel imports tunix_lite from the wheel (built once per test run, put
+first on the kernel's path) and starts in an empty folder of its own, inside a stand-in repository
+(links to the checkout's files), with tests/source_tree_guard.py: a cell that opens or lists a file
+of the repository (../configs, ../course, ../tunix_lite/configs) fails, even one that catches the
+error, and so does importing the checkout's package. Allowed besides the folder: the wheel's files,
+the environment and the compilation caches. The exercise notebooks are the solutions with the
+graded cells stubbed (`python -m tunix_lite.course.build --check`), so the solutions' runs cover
+them. (Other kernels, a test's own, start as they are; tests/test_notebooks_from_wheel.py runs
+every notebook under the cpu profile in a fresh venv, on request.)"""
 
 import atexit
 import contextlib
@@ -22,7 +24,7 @@ import pytest
 from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent
-LESSONS = ROOT / "notebooks"
+ROUTED = (ROOT / "notebooks", ROOT / "solutions")  # their kernels start as on Colab
 SHARED = "TUNIX_LITE_LESSON_RUNTIME"  # the folder every xdist worker's lesson kernels share
 sys.path.insert(0, str(ROOT / "tests"))
 from hosted_runtime import build_wheel, install_wheel, stand_in_repository  # noqa: E402
@@ -88,6 +90,12 @@ def _lesson_kernel(notebook: Path):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     path = Path(str(item.path)).resolve()
-    lesson = path.parent == LESSONS and path.suffix == ".ipynb"
-    with _lesson_kernel(path) if lesson else contextlib.nullcontext():
+    hosted = path.parent in ROUTED and path.suffix == ".ipynb"
+    with _lesson_kernel(path) if hosted else contextlib.nullcontext():
         yield
+
+
+@pytest.fixture(scope="session")
+def wheel_site() -> Path:
+    """The folder of the wheel's files that the lessons' kernels import tunix_lite from."""
+    return Path(_lesson_runtime()["environment"]["PYTHONPATH"])

@@ -5,6 +5,7 @@ import copy
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,12 +120,12 @@ def test_ci_fails_when_a_deterministic_cells_committed_output_drifts(tmp_path):
 
 
 def test_ci_runs_each_lesson_from_the_wheel_in_an_empty_folder_and_fails_a_source_tree_read(tmp_path):
-    """CI's nbval run of the lessons (conftest.py), in a stand-in repository with the same
-    conftest.py: a lesson's kernel starts in an empty folder and imports tunix_lite from the wheel;
-    a lesson that reads ../README.md fails, even where it checks that the file exists first, and so
-    does one that reads the package's files by a path out of its folder (Colab has no
-    ../tunix_lite); one that writes and reads its own folder and reads the package's files where the
-    installed package says they are passes."""
+    """CI's nbval run of the lessons and solutions (conftest.py), in a stand-in repository with the
+    same conftest.py: a notebook's kernel starts in an empty folder and imports tunix_lite from the
+    wheel. A notebook that reads ../README.md fails, even where it checks that the file exists first
+    or catches the error (its next cell fails), and so does one that reads the package's files by a
+    path out of its folder (Colab has no ../tunix_lite); one that writes and reads its own folder and
+    reads the package's files where the installed package says they are passes."""
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "tests").mkdir()
     for name in ("source_tree_guard.py", "hosted_runtime.py"):
@@ -132,26 +133,33 @@ def test_ci_runs_each_lesson_from_the_wheel_in_an_empty_folder_and_fails_a_sourc
     (tmp_path / "README.md").write_text("the repository's\n")
     for name in ("tunix_lite", "pyproject.toml"):  # what the wheel is built from
         (tmp_path / name).symlink_to(ROOT / name)
-    (tmp_path / "notebooks").mkdir()
-    reads = {"outside.ipynb": 'saved = pathlib.Path("../README.md")\n'
-                              'text = saved.read_text() if saved.is_file() else ""',
-             "climbs.ipynb": 'pathlib.Path("../tunix_lite/configs/sft_tiny.yaml").read_text()',
-             "inside.ipynb": 'assert not list(pathlib.Path.cwd().iterdir())  # an empty folder\n'
-                             'pathlib.Path("notes.txt").write_text("written here")\n'
-                             'assert pathlib.Path("notes.txt").read_text() == "written here"\n'
-                             'import os, tunix_lite.configs\n'
-                             'assert tunix_lite.configs.__file__.startswith(os.environ["PYTHONPATH"])\n'
-                             'tunix_lite.configs.path("sft_tiny").read_text()'}
-    for name, source in reads.items():
-        cell = nbformat.v4.new_code_cell(f"import pathlib\n{source}")
-        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / "notebooks" / name)
+    cells = {"notebooks/outside.ipynb": ['saved = pathlib.Path("../README.md")\n'
+                                         'text = saved.read_text() if saved.is_file() else ""'],
+             "notebooks/climbs.ipynb": ['pathlib.Path("../tunix_lite/configs/sft_tiny.yaml").read_text()'],
+             "notebooks/catches.ipynb": ['try:\n    pathlib.Path("../README.md").read_text()\n'
+                                         'except PermissionError:\n    pass', "print('the next cell')"],
+             "solutions/inside.ipynb": ['assert not list(pathlib.Path.cwd().iterdir())  # an empty folder\n'
+                                        'pathlib.Path("notes.txt").write_text("written here")\n'
+                                        'assert pathlib.Path("notes.txt").read_text() == "written here"\n'
+                                        'import os, tunix_lite.configs\n'
+                                        'assert tunix_lite.configs.__file__.startswith(os.environ["PYTHONPATH"])\n'
+                                        'tunix_lite.configs.path("sft_tiny").read_text()']}
+    for name, sources in cells.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"import pathlib\n{code}")
+                                                   for code in sources])
+        nbformat.write(notebook, tmp_path / name)
     env = {k: v for k, v in os.environ.items() if k != "TUNIX_LITE_LESSON_RUNTIME"}  # its own wheel
     run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "--nbval-lax",
-                          "--nbval-current-env", "notebooks"], capture_output=True, text=True,
+                          "--nbval-current-env", "notebooks", "solutions"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=600, env=env | {"PYTHONPATH": str(tmp_path)})
-    outcomes = {line.split()[1].split("/")[1].split("::")[0]: line.split()[0]
-                for line in run.stdout.splitlines() if line.startswith(("PASSED ", "FAILED "))}
-    assert outcomes == {"outside.ipynb": "FAILED", "climbs.ipynb": "FAILED", "inside.ipynb": "PASSED"}, \
-        run.stdout[-3000:]
+    outcomes = {cell: outcome for outcome, cell in
+                re.findall(r"^(PASSED|FAILED) (\S+::Cell \d+)", run.stdout, re.M)}
+    assert outcomes == {"notebooks/outside.ipynb::Cell 0": "FAILED",
+                        "notebooks/climbs.ipynb::Cell 0": "FAILED",
+                        "notebooks/catches.ipynb::Cell 0": "PASSED",
+                        "notebooks/catches.ipynb::Cell 1": "FAILED",
+                        "solutions/inside.ipynb::Cell 0": "PASSED"}, run.stdout[-3000:]
+    assert "an earlier cell read ['../README.md'] and caught the error" in run.stdout
     for read in ("../README.md", "../tunix_lite/configs/sft_tiny.yaml"):
         assert f"a cell reads '{read}', a file of the source tree" in run.stdout

@@ -288,7 +288,7 @@ def test_kl_off_policy_expectation_is_the_exact_kl(impl, rng):
         logp = jax.nn.log_softmax(z)
         return jnp.sum(jnp.exp(logp) * (logp - ref))
 
-    np.testing.assert_allclose(float(expected(_f32(z))), float(exact(_f32(z))), rtol=1e-5,
+    np.testing.assert_allclose(float(expected(_f32(z))), float(exact(_f32(z))), rtol=1e-5, atol=1e-6,
                                err_msg="E_old[estimate] must equal KL(pi || pi_ref)")
     np.testing.assert_allclose(np.asarray(jax.grad(expected)(_f32(z))), np.asarray(jax.grad(exact)(_f32(z))),
                                rtol=1e-4, atol=1e-6, err_msg="and its gradient the KL's gradient")
@@ -435,7 +435,9 @@ def test_packed_aggregate_equals_the_unpacked_rows(impl, rng):
     for mode in MODES:
         packed = _aggregate(impl, per_token, ids, num_sequences, mode)
         unpacked = _aggregate(impl, rows, row_ids, len(present), mode)
-        np.testing.assert_allclose(packed, unpacked, rtol=1e-5, err_msg=mode)
+        # a mean of values of both signs can sit near 0: float32 rounding is absolute there
+        np.testing.assert_allclose(packed, unpacked, rtol=1e-5, atol=1e-6 * np.abs(per_token).max(),
+                                   err_msg=mode)
 
 
 @graded("packed_aggregate")
@@ -446,7 +448,8 @@ def test_packed_aggregate_counts_make_micro_batches_exact(impl, rng):
         whole, _ = _aggregate(impl, per_token, ids, num_sequences, mode)
         parts = [_aggregate(impl, per_token[s], ids[s], num_sequences, mode) for s in (slice(0, 2), slice(2, 6))]
         combined = sum(loss * count for loss, count in parts) / sum(count for _, count in parts)
-        np.testing.assert_allclose(combined, whole, rtol=1e-5, err_msg=f"{mode}: count-weighted halves")
+        np.testing.assert_allclose(combined, whole, rtol=1e-5, atol=1e-6 * np.abs(per_token).max(),
+                                   err_msg=f"{mode}: count-weighted halves")
 
 
 # ------------------------------------------------------------------ 6. a reward that resists hacks
