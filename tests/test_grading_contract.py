@@ -106,9 +106,15 @@ FEWER = {  # test name -> why it costs a compile (or a training run) per seed
 }
 
 
+# Seeds on which a test once failed the reference (each test's own, besides REGRESSIONS): phase 6's
+# count-weighted halves compared a mean of values of both signs, near 0, on a relative tolerance
+# alone (7 of 3,000 seeds; tunix_lite/course/contract.py swept them).
+FAILED_ONCE = {"test_packed_aggregate_counts_make_micro_batches_exact": (28, 105, 160, 1207, 1770, 2006, 2027)}
+
+
 def seeds(test) -> list[int]:
     count = COMPILING if test.__name__ in FEWER else contract.SEEDS
-    return [*contract.REGRESSIONS, *range(count)]
+    return [*contract.REGRESSIONS, *range(count), *FAILED_ONCE.get(test.__name__, ())]
 
 
 def hidden_seeds(test) -> list[int]:
@@ -138,6 +144,7 @@ def test_every_phase_has_hidden_tests_and_fewer_names_real_tests():
     names = {t.__name__ for p in graded.phases() for tests_dir in (None, HIDDEN)
              for ex in graded.exercises(p, graded.module_for(p, tests_dir)) for t in ex.tests}
     assert not set(FEWER) - names, f"FEWER names no test: {sorted(set(FEWER) - names)}"
+    assert not set(FAILED_ONCE) - names, f"FAILED_ONCE names no test: {sorted(set(FAILED_ONCE) - names)}"
 
 
 def test_a_failing_seed_is_printed_as_the_command_that_reproduces_it(tmp_path, capsys):
