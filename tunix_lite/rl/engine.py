@@ -87,6 +87,9 @@ class SamplerEngine:
                  mesh: jax.sharding.Mesh | None = None, wrt=nnx.Param,
                  weights_dtype: str | None = None):
         self.model = model
+        # read once, here: an asynchronous producer syncs on its own thread, while the trainer
+        # may be inside a jitted update of `model` (reading its graph then races that update)
+        self.graphdef = nnx.graphdef(model)
         # colocated: .model is `model` itself and nothing moves
         self.weights = WeightSync(model, mesh, wrt=wrt)
         self.sampler = Sampler(self.weights.model, tokenizer, bucket=prompt_len, mesh=mesh,
@@ -99,7 +102,7 @@ class SamplerEngine:
                                      max_total_tokens=max_total_tokens)
 
     def sync_weights(self, model: nnx.Module) -> None:
-        if model is not self.model and nnx.graphdef(model) != nnx.graphdef(self.model):
+        if model is not self.model and nnx.graphdef(model) != self.graphdef:
             raise ValueError("SamplerEngine samples the model it was built on (or a snapshot of "
                              "it, nnx.clone); build a new engine for another one")
         self.weights(model)
