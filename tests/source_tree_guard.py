@@ -3,12 +3,12 @@ folder fails with PermissionError, as it would on Colab or Kaggle, where a noteb
 the repository beside it.
 
 Kernels that start with it: those tests/test_notebooks_from_wheel.py runs notebooks in (from the
-wheel, in a stand-in repository), and nbval's kernels for the lessons (the repository's conftest.py). A
-Python audit hook checks every open, listdir, scandir and glob of a path inside
-SOURCE_TREE_FORBIDDEN (the repository, or its stand-in). It raises, and records the path in
-sys.source_tree_reads, where the path is
-outside the kernel's working folder and either outside SOURCE_TREE_ALLOWED (the package, the
-environment, the compilation cache) or written relative with a `..` that climbs out of the folder:
+wheel, in a stand-in repository), and nbval's kernels for the lessons and solutions (the
+repository's conftest.py). A Python audit hook checks every open, listdir, scandir and glob of a
+path inside SOURCE_TREE_FORBIDDEN (the repository, or its stand-in). It raises, and records the
+path in sys.source_tree_reads, where the path is outside the kernel's working folder and either
+outside SOURCE_TREE_ALLOWED (the package, the environment, the compilation cache) or written
+relative with a `..` that climbs out of the folder:
 `../tunix_lite/configs/x.yaml` is the checkout's copy, which Colab does not have, while the
 package's own absolute paths (`tunix_lite.configs.path("x")`) are the installed copy there too.
 A cell that catches the error does not hide the read: the next cell fails before it runs.
