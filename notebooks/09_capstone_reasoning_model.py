@@ -53,7 +53,6 @@ profile = setup()
 # %%
 import json
 import pathlib
-import tempfile
 import time
 
 import matplotlib.pyplot as plt
@@ -103,7 +102,10 @@ pipeline_values = {
     "evaluation": {"n_prompts": 8 if CI else 32, "samples": 4 if CI else 8, "scaling": [1, 2, 4] if CI else [1, 2, 4, 8],
                    "batch_size": 32},
 }
-workdir = pathlib.Path(tempfile.mkdtemp(prefix="capstone_"))
+# A fresh folder per run, beside this notebook (Colab and Kaggle list it in their file pane, so the export
+# can be downloaded), under runs/ as every config in tunix_lite/configs writes.
+workdir = pathlib.Path("runs") / time.strftime("capstone_%Y%m%d-%H%M%S")
+workdir.mkdir(parents=True)
 
 
 def write_pipeline(values, name="pipeline.yaml", **changes):
