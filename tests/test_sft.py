@@ -107,10 +107,12 @@ def test_cli_sft_writes_outputs_and_resumes(tmp_path, capsys, extra, micro_model
 
 @pytest.mark.slow
 def test_sft_teaches_the_tiny_model_the_task():
-    """Full SFT on three synthetic domains: held-out exact-match accuracy and validation loss both move."""
+    """Full SFT on three synthetic domains: held-out exact-match accuracy and validation loss both move
+    (measured: accuracy 0.15 -> 0.46, loss 0.80 -> 0.10 in 20 steps; 30 steps at 1e-3 reach 0.54 in
+    1.5x the time)."""
     config = SFTConfig(model="tiny", domains=["compare", "sort", "count"], n_train=600, n_validation=48,
-                       n_accuracy=48, seq_len=128, packing=True, batch_size=16, steps=30,
-                       learning_rate=1e-3, warmup_steps=5, eval_every=30)
+                       n_accuracy=48, seq_len=128, packing=True, batch_size=16, steps=20,
+                       learning_rate=1.5e-3, warmup_steps=4, eval_every=20)
     result = run_sft(config, verbose=False)
     assert result.after["loss"] < 0.7 * result.before["loss"]
     assert result.after["accuracy"] >= result.before["accuracy"] + 0.25, (result.before, result.after)

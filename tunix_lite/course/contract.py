@@ -99,7 +99,8 @@ def notebooks(phase: str, root: Path) -> tuple[Path, Path]:
 def sweep(phase: str, seeds: Callable[[Callable], Iterable[int]], *, root: Path,
           tests_dir: str | Path | None = None, directions=("solution", "stub")) -> Sweep:
     """Run every test of `phase` on `seeds(test)` against the solution (it must pass) and the
-    stub (it must raise NotImplementedError: the exercise's own stub, not a crash of the test)."""
+    stub (it must raise the exercise's own NotImplementedError, "Exercise NAME: ...", not a crash
+    of the test)."""
     from tunix_lite.course.grading import run_test
 
     module = graded.module_for(phase, tests_dir)
@@ -116,7 +117,9 @@ def sweep(phase: str, seeds: Callable[[Callable], Iterable[int]], *, root: Path,
                     with _limit(RUN_SECONDS):
                         outcome, message = run_test(test, impl, graded.test_rng(seed, test))
                     result.runs += 1
-                    if outcome != outcome_wanted:
+                    stubbed = f"Exercise {exercise.name}:"  # the stub's message, which the learner sees
+                    if outcome != outcome_wanted or (direction == "stub"
+                                                     and not message.startswith(stubbed)):
                         result.failures.append(Failure(path.relative_to(root), test.__name__,
                                                        seed, outcome, message,
                                                        tests_dir and str(tests_dir)))
