@@ -14,6 +14,7 @@ compiled once, ahead of time, so its HLO can be read, and the steps reuse that c
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -441,6 +442,7 @@ def check_grpo_async():
 
 def main(path: str, only: list[str]) -> None:
     assert jax.device_count() == 8, jax.devices()
+    tempfile.tempdir = os.path.dirname(os.path.abspath(path))  # the checks' folders: the test's tmp_path
     start = time.perf_counter()
     for check in (check_strategies, check_frozen_losses, check_rollouts, check_grpo_split, check_grpo_async,
                   check_planner):

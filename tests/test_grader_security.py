@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -332,9 +333,9 @@ def unix_servers(tmp_path):
         servers.append(server)
     yield servers
     for server in servers:
-        path = server.getsockname()
+        folder = os.path.dirname(server.getsockname())
         server.close()
-        os.unlink(path)
+        shutil.rmtree(folder)  # the public one is outside tmp_path (its parents are private)
 
 
 def _peer_uids(server) -> list[int]:

@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import stat
@@ -330,9 +331,9 @@ def unix_servers(tmp_path):
         servers.append(server)
     yield servers
     for server in servers:
-        path = server.getsockname()
+        folder = os.path.dirname(server.getsockname())
         server.close()
-        os.unlink(path)
+        shutil.rmtree(folder)  # the public one is outside tmp_path (its parents are private)
 
 
 def _connections(server) -> list[int]:
@@ -503,6 +504,7 @@ def test_remove_tree_takes_any_depth_width_and_mode(on_tmpfs):
     os.close(here)
     assert sandbox.remove_tree(str(top))[1] == 3000 + 1 + 2000 + 4 * 2
     assert not top.exists() and (outside / "keep").read_text() == "x"
+    shutil.rmtree(outside)
 
 
 @pytest.mark.parametrize("tmpfs", [True, False], ids=["private tmpfs", "folder"])
