@@ -58,18 +58,22 @@ def test_every_script_a_command_names_exists():
     assert not missing, f"scripts named but not found: {missing}"
 
 
-def test_committed_adapters_are_small_described_and_chained():
-    """course/results/rl_models/: each folder is what `tunix-lite eval --model` reads (adapters + the config
-    naming its base), at most 10 MB, with the command that made it in manifest.json."""
+@pytest.mark.parametrize("folder", ["rl_models", "rl_models_unseen"])
+def test_committed_adapters_are_small_described_and_chained(folder):
+    """course/results/FOLDER/: each folder is what `tunix-lite eval --model` reads (adapters + the
+    config naming its base), at most 10 MB, with the command that made it and every training
+    source it saw in manifest.json; the start model is one of them or a committed folder."""
     import json
 
     import yaml
     from safetensors import safe_open
 
-    models = ROOT / "course" / "results" / "rl_models"
+    models = ROOT / "course" / "results" / folder
     manifest = json.loads((models / "manifest.json").read_text())
     folders = sorted(p for p in models.iterdir() if p.is_dir())
-    assert {p.name for p in folders} == set(manifest["runs"]) and manifest["start"] in manifest["runs"]
+    assert {p.name for p in folders} == set(manifest["runs"])
+    start = manifest["start"]
+    assert start in manifest["runs"] or (ROOT / start / "adapters.safetensors").is_file()
     for folder in folders:
         adapters = folder / "adapters.safetensors"
         assert adapters.stat().st_size <= 10 * 2**20, folder
@@ -79,6 +83,8 @@ def test_committed_adapters_are_small_described_and_chained():
         base = config["model"]
         assert base == "gemma3-270m" or (ROOT / base / "adapters.safetensors").is_file(), (folder, base)
         assert {"command", "seed", "data"} <= manifest["runs"][folder.name].keys()
+        data = manifest["runs"][folder.name]["data"]
+        assert config["train_data"] in ([data] if isinstance(data, str) else data), folder
 
 
 def test_the_logged_entropy_estimates_the_exact_entropy(monkeypatch, micro_model):
