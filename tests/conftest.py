@@ -2,8 +2,12 @@
 
 import json
 import os
+import shutil
+import socket
+import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,50 @@ def gemma3_dir():
     from tunix_lite.weights.gguf import gemma3_270m_dir
 
     return gemma3_270m_dir()
+
+
+class UnixServers:
+    """Two listening unix sockets: one that only root may reach (mode 0600 in a 0700 folder) and
+    one that anyone may (0777): what a docker or dbus socket is to a sandbox."""
+
+    def __init__(self, private: Path):
+        self.servers = []
+        for mode, folder in ((0o600, private), (0o777, Path(tempfile.mkdtemp()))):
+            folder.mkdir(exist_ok=True)
+            folder.chmod(0o700 if mode == 0o600 else 0o755)
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(str(folder / "server.sock"))
+            os.chmod(folder / "server.sock", mode)
+            server.listen(8)
+            server.setblocking(False)
+            self.servers.append(server)
+        self.paths = [server.getsockname() for server in self.servers]
+
+    def peer_uids(self) -> list[list[int]]:
+        """Per server, the peer uids of the connections it accepted (SO_PEERCRED: pid, uid, gid)."""
+        found = []
+        for server in self.servers:
+            uids = []
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except BlockingIOError:
+                    break
+                credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+                uids.append(struct.unpack("3i", credentials)[1])
+                connection.close()
+            found.append(uids)
+        return found
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        for path in self.paths:  # the public one is outside tmp_path (its parents are private)
+            shutil.rmtree(os.path.dirname(path))
+
+
+@pytest.fixture
+def unix_servers(tmp_path):
+    servers = UnixServers(tmp_path / "private")
+    yield servers
+    servers.close()

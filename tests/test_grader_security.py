@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -318,38 +316,6 @@ def _tell(line):
 """
 
 
-@pytest.fixture
-def unix_servers(tmp_path):
-    """Two listening unix sockets: one only root may reach (0600 in a 0700 folder), one anyone may."""
-    servers = []
-    for mode, folder in ((0o600, tmp_path / "private"), (0o777, Path(tempfile.mkdtemp()))):
-        folder.mkdir(exist_ok=True)
-        folder.chmod(0o700 if mode == 0o600 else 0o755)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(folder / "server.sock"))
-        os.chmod(folder / "server.sock", mode)
-        server.listen(8)
-        server.setblocking(False)
-        servers.append(server)
-    yield servers
-    for server in servers:
-        folder = os.path.dirname(server.getsockname())
-        server.close()
-        shutil.rmtree(folder)  # the public one is outside tmp_path (its parents are private)
-
-
-def _peer_uids(server) -> list[int]:
-    uids = []
-    while True:
-        try:
-            connection, _ = server.accept()
-        except BlockingIOError:
-            return uids
-        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-        uids.append(struct.unpack("3i", credentials)[1])
-        connection.close()
-
-
 @pytest.mark.skipif(CAN.get("seccomp", os.uname().machine in ("x86_64", "aarch64")) is False,
                     reason="no seccomp filter here: learner code can connect to the unix sockets "
                     "its user may reach (tunix_lite/rewards/sandbox.py)")
@@ -357,7 +323,7 @@ def test_the_worker_reaches_no_unix_socket_and_no_banned_module(grade, unix_serv
     """Before: the worker (kernel uid 0) connected to a root-only unix socket while the report said
     "no network"; and `os.sys.modules['optax']`, which the static rule does not see, used a banned
     library for 3/3 where naming it scores 0."""
-    paths = [server.getsockname() for server in unix_servers]
+    paths = unix_servers.paths
     attack = f"""
     import socket
 
@@ -379,7 +345,7 @@ def test_the_worker_reaches_no_unix_socket_and_no_banned_module(grade, unix_serv
         return x * x * len(load('optax').__name__) / 5
     """
     report, printed, results = grade(attack)
-    assert [_peer_uids(server) for server in unix_servers] == [[], []]
+    assert unix_servers.peer_uids() == [[], []]
     assert report["score"] == results["score"] == 0, printed
     messages = {t["test"]: t["message"] for t in report["tests"]}
     assert "KeyError" in messages["test_double"] and "ImportError" in messages["test_square"]

@@ -315,40 +315,6 @@ needs_seccomp = pytest.mark.skipif(
 COLLIDING = 2**61 - 1  # every multiple of this int hashes to 0
 
 
-@pytest.fixture
-def unix_servers(tmp_path):
-    """Two listening unix sockets: one that only root may reach (mode 0600 in a 0700 folder) and
-    one that anyone may (0777): what a docker or dbus socket is to a sandbox."""
-    servers = []
-    for mode, folder in ((0o600, tmp_path / "private"), (0o777, Path(tempfile.mkdtemp()))):
-        folder.mkdir(mode=0o700, exist_ok=True)
-        folder.chmod(0o700 if mode == 0o600 else 0o755)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(folder / "server.sock"))
-        os.chmod(folder / "server.sock", mode)
-        server.listen(8)
-        server.setblocking(False)
-        servers.append(server)
-    yield servers
-    for server in servers:
-        folder = os.path.dirname(server.getsockname())
-        server.close()
-        shutil.rmtree(folder)  # the public one is outside tmp_path (its parents are private)
-
-
-def _connections(server) -> list[int]:
-    """The peer uids of the connections `server` accepted (SO_PEERCRED: pid, uid, gid)."""
-    uids = []
-    while True:
-        try:
-            connection, _ = server.accept()
-        except BlockingIOError:
-            return uids
-        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-        uids.append(struct.unpack("3i", credentials)[1])
-        connection.close()
-
-
 def test_the_program_never_runs_as_root_and_its_report_says_what_holds():
     """Before: the child ran as kernel uid 0 inside its user namespace, and the report had no word
     for the unix sockets it could reach."""
@@ -366,7 +332,7 @@ def test_the_program_never_runs_as_root_and_its_report_says_what_holds():
 def test_no_unix_socket_is_reached(pool, unix_servers):
     """Before: a program connected to a root-only unix socket (the server saw peer uid 0) and to an
     open one; a network namespace does not cover the filesystem, nor Landlock connect()."""
-    paths = [server.getsockname() for server in unix_servers]
+    paths = unix_servers.paths
     program = f"""
 import socket
 def attempt(path):
@@ -383,7 +349,7 @@ def add(a, b): return a + b
     assert pool.map(check_code, [(program, TESTS)]) == [1.0]
     results = sandbox.run_untrusted(program, [("eval", "results")], timeout=5.0).values[0]
     assert results == ["PermissionError", "PermissionError"]
-    assert [_connections(server) for server in unix_servers] == [[], []]
+    assert unix_servers.peer_uids() == [[], []]
 
 
 def test_a_fork_loop_starts_no_process(pool):

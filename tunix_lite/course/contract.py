@@ -111,13 +111,13 @@ def sweep(phase: str, seeds: Callable[[Callable], Iterable[int]], *, root: Path,
         outcome_wanted, path = wanted[direction]
         impl = load_impl(path, [ex.name for ex in graded.exercises(phase, module)])
         for exercise in graded.exercises(phase, module):
+            stubbed = f"Exercise {exercise.name}:"  # the stub's message, which the learner sees
             for test in exercise.tests:
                 start = time.process_time()
                 for seed in seeds(test):
                     with _limit(RUN_SECONDS):
                         outcome, message = run_test(test, impl, graded.test_rng(seed, test))
                     result.runs += 1
-                    stubbed = f"Exercise {exercise.name}:"  # the stub's message, which the learner sees
                     if outcome != outcome_wanted or (direction == "stub"
                                                      and not message.startswith(stubbed)):
                         result.failures.append(Failure(path.relative_to(root), test.__name__,
