@@ -98,3 +98,22 @@ def test_stage_table_gives_intervals_and_each_stage_s_paired_change():
     unchanged = {"a": reports["sft"], "b": ReasoningReport(summary | {"accuracy": 0.6}, {}, [], 1.0, sft_right)}
     np.testing.assert_allclose(stage_table(unchanged)[1]["b"]["vs_previous"], [0, -1.96 / 202, 1.96 / 202])
     assert ReasoningReport.from_json(reports["sft"].to_json()).greedy_right == sft_right
+
+
+def test_stages_from_one_base_are_each_paired_with_the_base():
+    """Two stages that both start from base (a pipeline's `from: base`): each change is paired with
+    the base's verdicts, not with the row above, and the column says so; a chain keeps "vs
+    previous"."""
+    summary = {"n": 200, "accuracy": 0.5, "format": 1.0, "reasoning": 1.0, "length": 30.0,
+               "pass@1": 0.4}
+    rows = {"base": [1] * 100 + [0] * 100, "grpo": [1] * 120 + [0] * 80,
+            "rloo": [1] * 120 + [0] * 80}
+    reports = {name: ReasoningReport(summary | {"accuracy": sum(r) / 200}, {}, [], 1.0, r)
+               for name, r in rows.items()}
+    markdown, table = stage_table(reports, {"grpo": "base", "rloo": "base"})
+    assert "| vs its start [95% CI] |" in markdown.splitlines()[0]
+    for stage in ("grpo", "rloo"):
+        np.testing.assert_allclose(table[stage]["vs_previous"], [0.1, 0.05669, 0.14133], atol=1e-5)
+    chained, table = stage_table(reports, {"grpo": "base", "rloo": "grpo"})
+    assert "| vs previous [95% CI] |" in chained.splitlines()[0]
+    assert table["rloo"]["vs_previous"][0] == 0

@@ -23,24 +23,32 @@ _COLUMNS = (("accuracy", "greedy acc"), ("format", "format"), ("reasoning", "rea
             ("length", "length"))
 
 
-def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
+def stage_table(reports: Mapping[str, ReasoningReport],
+                starts: Mapping[str, str] | None = None) -> tuple[str, dict]:
     """(markdown, json) of the per-stage held-out figures: one row per stage, in the order given.
 
     Where the reports count their prompts (summary["n"]), greedy accuracy carries its 95% Wilson
     interval, and "vs previous" is the change from the row above on the same prompts, with the
     paired interval (`paired_difference`): a stage helped or hurt only where that interval
-    excludes 0. Where the reports were decontaminated (summary["n_unseen"], and each report's
-    `seen_prompts`: `tunix_lite.evaluation.decontamination`), the first column is greedy accuracy
-    on the unseen prompts, those no training data asks (the held-out figure proper), and "vs
-    previous" is paired over them; where some prompts were trained on, "seen" scores those and
-    "all" every prompt. Sampled figures, format and domains count every prompt.
+    excludes 0. `starts` names the row each stage started from (a pipeline's `from:`) where that
+    is not the row above: its change is then paired with that row, and the column reads "vs its
+    start" (three stages from one base compare with the base, not with each other). Where the
+    reports were decontaminated (summary["n_unseen"], and each report's `seen_prompts`:
+    `tunix_lite.evaluation.decontamination`), the first column is greedy accuracy on the unseen
+    prompts, those no training data asks (the held-out figure proper), and the change is paired
+    over them; where some prompts were trained on, "seen" scores those and "all" every prompt.
+    Sampled figures, format and domains count every prompt.
 
-    The json: per stage its summary with "ci95" and "vs_previous" (all prompts), and where
-    decontaminated "unseen_ci95", "unseen_vs_previous", "seen_ci95"."""
+    The json: per stage its summary with "ci95" and "vs_previous" (the change, all prompts), and
+    where decontaminated "unseen_ci95", "unseen_vs_previous", "seen_ci95"."""
     if not reports:
         return "(no evaluations yet)\n", {}
     table = {stage: dict(r.summary) for stage, r in reports.items()}
-    _add_intervals(reports, table)
+    order = list(reports)
+    starts = {stage: (starts or {}).get(stage, above) for above, stage in zip(order, order[1:])}
+    _add_intervals(reports, table, starts)
+    change = ("vs previous" if all(starts[s] == above for above, s in zip(order, order[1:]))
+              else "vs its start")
     first = next(iter(reports.values())).summary
     ks = sorted(int(k.split("@")[1]) for k in first if k.startswith("pass@"))
     if ks:
@@ -50,9 +58,9 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
         domains = sorted({k.split("/", 1)[1] for r in reports.values() for k in r.summary
                           if k.startswith("accuracy/")})
         if "n_unseen" in first:  # decontaminated: the unseen prompts first
-            greedy = _seen_columns(first)
+            greedy = _seen_columns(first, change)
         elif "n" in first:
-            greedy = [("accuracy", "greedy acc [95% CI]"), ("vs_previous", "vs previous [95% CI]")]
+            greedy = [("accuracy", "greedy acc [95% CI]"), ("vs_previous", f"{change} [95% CI]")]
         else:
             greedy = list(_COLUMNS[:1])
         columns = (greedy + sampled + list(_COLUMNS[1:])
@@ -67,43 +75,43 @@ def stage_table(reports: Mapping[str, ReasoningReport]) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", table
 
 
-def _seen_columns(first: Mapping) -> list[tuple[str, str]]:
+def _seen_columns(first: Mapping, change: str) -> list[tuple[str, str]]:
     """The greedy columns of decontaminated reports: unseen and its paired change first; where
     some prompts were trained on, seen and all."""
     columns = []
     if first["n_unseen"]:
-        change = "vs previous, unseen [95% CI]" if first["n_seen"] else "vs previous [95% CI]"
+        title = f"{change}, unseen [95% CI]" if first["n_seen"] else f"{change} [95% CI]"
         columns += [("unseen", f"unseen, n={first['n_unseen']} [95% CI]"),
-                    ("unseen_vs_previous", change)]
+                    ("unseen_vs_previous", title)]
     if first["n_seen"]:
         columns += [("seen", f"seen, n={first['n_seen']} [95% CI]"),
                     ("accuracy", f"all, n={first['n']} [95% CI]")]
     return columns
 
 
-def _add_intervals(reports: Mapping[str, ReasoningReport], table: dict) -> None:
+def _add_intervals(reports: Mapping[str, ReasoningReport], table: dict,
+                   starts: Mapping[str, str]) -> None:
     """table[stage]["ci95"] (Wilson, of greedy accuracy) and ["vs_previous"] ([change, lo, hi]
-    against the stage before, paired over the same prompts), where the reports allow them; the
-    same on the unseen prompts ("unseen_ci95", "unseen_vs_previous") and on the seen ones
-    ("seen_ci95") where the reports were decontaminated."""
-    previous = None
+    against the row the stage started from, `starts[stage]`, paired over the same prompts), where
+    the reports allow them; the same on the unseen prompts ("unseen_ci95", "unseen_vs_previous")
+    and on the seen ones ("seen_ci95") where the reports were decontaminated."""
+    rights = {stage: np.asarray(report.greedy_right, int) for stage, report in reports.items()}
     for stage, report in reports.items():
-        row, right = table[stage], np.asarray(report.greedy_right, int)
+        row, right = table[stage], rights[stage]
         n = int(report.summary.get("n", 0))
         if n and "accuracy" in report.summary:
             row["ci95"] = list(wilson(report.summary["accuracy"] * n, n))
-        comparable = previous is not None and right.size and previous.size == right.size
+        start = rights.get(starts.get(stage), np.zeros(0, int))
+        comparable = right.size and start.size == right.size
         if comparable:
-            row["vs_previous"] = list(paired_difference(previous, right))
+            row["vs_previous"] = list(paired_difference(start, right))
         seen = np.asarray(report.seen_prompts, bool)
         if right.size and seen.size == right.size:
             for part, mask in (("unseen", ~seen), ("seen", seen)):
                 if mask.any():
                     row[f"{part}_ci95"] = list(wilson(right[mask].sum(), int(mask.sum())))
             if comparable and (~seen).any():
-                row["unseen_vs_previous"] = list(paired_difference(previous[~seen],
-                                                                   right[~seen]))
-        previous = right if right.size else None
+                row["unseen_vs_previous"] = list(paired_difference(start[~seen], right[~seen]))
 
 
 def _cell(key: str, row: Mapping) -> str:
@@ -194,11 +202,13 @@ def plot_scaling(reports: Mapping[str, ReasoningReport]):
     return fig
 
 
-def write_report(reports: Mapping[str, ReasoningReport], directory: str | Path) -> Path:
-    """Write table.md, table.json, scaling.md, stages.png and scaling.png into `directory`."""
+def write_report(reports: Mapping[str, ReasoningReport], directory: str | Path,
+                 starts: Mapping[str, str] | None = None) -> Path:
+    """Write table.md, table.json, scaling.md, stages.png and scaling.png into `directory`
+    (`starts`: as stage_table's)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    markdown, table = stage_table(reports)
+    markdown, table = stage_table(reports, starts)
     (directory / "table.md").write_text(markdown, encoding="utf-8")
     (directory / "table.json").write_text(json.dumps(
         {stage: {"summary": table[stage], "scaling": {str(k): v for k, v in r.scaling.items()},

@@ -61,9 +61,10 @@ What the report says about it, for people and for graders:
   start stages' and the base model's together)}}.
 - report/table.json, per stage's summary: n, n_seen, n_unseen; unseen with unseen_ci95 and
   unseen_vs_previous (greedy accuracy on the unseen prompts, its Wilson interval, the paired change
-  from the row above: [change, lo, hi]); seen with seen_ci95 where n_seen > 0; accuracy, ci95 and
-  vs_previous over every prompt.
-- report/table.md: the unseen column first ("unseen, n=N [95% CI]"), then its paired change;
+  from the stage it started from, `from:`: [change, lo, hi]); seen with seen_ci95 where n_seen > 0;
+  accuracy, ci95 and vs_previous over every prompt.
+- report/table.md: the unseen column first ("unseen, n=N [95% CI]"), then its paired change ("vs
+  previous", or "vs its start" where some stage does not start from the row above);
   "seen, n=K" and "all" only where K > 0.
 """
 

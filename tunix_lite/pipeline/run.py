@@ -49,15 +49,16 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
     (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline.values, sort_keys=False),
                                         encoding="utf-8")
     reports = {}
+    starts = {stage.name: stage.source for stage in pipeline.stages}  # the row each compares with
 
     def report():
-        write_report(reports, root / "report")
-        return stage_table(reports)[0]
+        write_report(reports, root / "report", starts)
+        return stage_table(reports, starts)[0]
 
     def paused() -> PipelineResult:
         say(f"time budget of {pipeline.spec.max_minutes:g} min used; rerun the same command to "
             f"continue (everything so far is saved in {root})")
-        return PipelineResult(False, reports, stage_table(reports)[0], root,
+        return PipelineResult(False, reports, stage_table(reports, starts)[0], root,
                               time.monotonic() - start)
 
     if pipeline.evaluation is not None:
@@ -87,7 +88,7 @@ def run_pipeline(pipeline: Pipeline, *, verbose: bool = True) -> PipelineResult:
             say(report())
     if pipeline.spec.export:
         _export(pipeline, say)
-    table = stage_table(reports)[0]
+    table = stage_table(reports, starts)[0]
     say(f"done: {root} (report/{', export/' if pipeline.spec.export else ''})")
     return PipelineResult(True, reports, table, root, time.monotonic() - start)
 
