@@ -421,12 +421,8 @@ def step_seconds(options, steps=3):
     return (time.perf_counter() - start) / steps
 
 
-if profile.name == "ci":
-    print("skipped in the ci profile (four more compilations); set TUNIX_LITE_PROFILE=cpu to time the options, "
-          "or read the saved timings at the end of section 7")
-else:
-    for options in [{}, {"compute_dtype": "bfloat16"}, {"remat": True}, {"compute_dtype": "bfloat16", "remat": True}]:
-        print(f"{str(options or 'float32, no remat'):<45}{step_seconds(options):.3f} s per step on {profile.backend}")
+for options in [{}, {"compute_dtype": "bfloat16"}, {"remat": True}, {"compute_dtype": "bfloat16", "remat": True}]:
+    print(f"{str(options or 'float32, no remat'):<45}{step_seconds(options):.3f} s per step on {profile.backend}")
 
 # %% [markdown]
 # ## 7. LoRA on the real Gemma 3 270M
@@ -439,8 +435,8 @@ else:
 # tunix-lite sft --config lora_gemma3_270m       # add `quantize: nf4` to the file for QLoRA
 # ```
 #
-# In the notebook the same runs through `run_sft`. It loads the 270M model and trains on the CPU or TPU, so the
-# `ci` profile skips it.
+# In the notebook the same runs through `run_sft`: it loads the 270M model and trains it on the CPU or TPU. The
+# `ci` profile runs the same code on the tiny model for a few steps.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -452,16 +448,14 @@ print({k: getattr(config, k) for k in ["model", "lora_rank", "lora_alpha", "quan
                                         "learning_rate", "compute_dtype", "remat"]})
 
 # %%
-if profile.name == "ci":
-    print("skipped in the ci profile: this run loads Gemma 3 270M and trains it "
-          "(TUNIX_LITE_PROFILE=cpu runs it: seconds per step on a 2-core CPU); a saved run follows")
-else:
-    config.output_dir = None  # keep the result in memory
-    if profile.backend == "tpu":
-        config.compute_dtype, config.remat = "bfloat16", True
-    gemma = run_sft(config)
-    print(f"{gemma.seconds:.0f} s; validation loss {gemma.before['loss']:.3f} -> {gemma.after['loss']:.3f}")
-    print(f"trained {count_params(gemma.model, nnx.LoRAParam):,} of {count_params(gemma.model):,} parameters")
+config = profile.sized(config)  # the ci profile: a few steps, and the tiny model in Gemma's place
+config.model, config.output_dir = profile.demo_model, None  # keep the result in memory
+if profile.backend == "tpu":
+    config.compute_dtype, config.remat = "bfloat16", True
+gemma = run_sft(config)
+print(f"{config.model}, {config.steps} steps in {gemma.seconds:.0f} s; "
+      f"validation loss {gemma.before['loss']:.3f} -> {gemma.after['loss']:.3f}")
+print(f"trained {count_params(gemma.model, nnx.LoRAParam):,} of {count_params(gemma.model):,} parameters")
 
 # %% [markdown]
 # ### The full runs, saved

@@ -230,19 +230,13 @@ print(f"loss by hand {by_hand:.4f} = log 2 = {np.log(2):.4f};  library {float(me
 # when the data is generated on the fly, as in phase 6. With LoRA the reference is the base with the adapters off,
 # `lora.without_adapters`, at no memory cost.)
 #
-# The `cpu` profile starts from the **SFT-tuned** tiny model (the output of `tunix_lite/configs/sft_tiny.yaml`, trained here if
-# it is not on disk); `ci` starts from the pretrained one, to stay short.
+# We start from the **SFT-tuned** tiny model, the output of `tunix_lite/configs/sft_tiny.yaml`: trained here the
+# first time (a few minutes on a CPU; the `ci` profile trains it for a few steps), then loaded from `runs/`.
 
 # %%
-from tunix_lite import configs
-from tunix_lite.training.sft import SFTConfig, run_sft
+from tunix_lite.course.sft_start import sft_model
 
-sft_config = SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir=None)  # shipped with the package
-saved = pathlib.Path("runs/sft_tiny/model")  # what `tunix-lite train --config sft_tiny` writes here
-if profile.name == "ci":
-    start = model
-else:  # the SFT stage: its saved model, or trained here
-    start = tunix_lite.load(str(saved))[0] if saved.is_dir() else run_sft(sft_config).model
+start, _ = tunix_lite.load(sft_model(profile))  # the SFT stage, as `tunix-lite train --config sft_tiny` saves it
 reference = reference_policy(start)  # a frozen clone, in eval mode (with LoRA: the base view)
 dpo = PreferenceLoss("sigmoid", beta=BETA)
 train_extras = {"ref_logps": reference_log_probs(reference, train_data, S["batch"])}

@@ -17,8 +17,8 @@
 #
 # **Prerequisites:** [phase 3](03_supervised_fine_tuning.ipynb) (completion masks, the trainer, exact means);
 # [phase 5](05_preference_tuning.ipynb) (a frozen reference model, β, the KL-regularised objective).
-# **Time:** about 4 hours to read, run and do the exercises (the `ci` profile executes it in about a minute from
-# the pretrained tiny model; the `cpu` profile starts from the SFT model and trains GRPO for real).
+# **Time:** about 4 hours to read, run and do the exercises (the `ci` profile executes it in about a minute with
+# a few steps of SFT and GRPO; the `cpu` profile trains both for real).
 # **Notes:** [phase 6 mind map](../course/06_reinforcement_learning.md) ·
 # **Exercises:** [phase 6 exercises](../exercises/06_rl_exercises.ipynb)
 
@@ -92,12 +92,12 @@ from tunix_lite.training.evals import plot_history
 
 # %%
 # NBVAL_CHECK_OUTPUT
-S = {  # ci keeps to short prompts and a few steps from the pretrained model; cpu starts from the SFT model
-    "ci": dict(start="tiny", domains=("compare", "count", "facts", "instruction", "sequence"), n_train=256,
+S = {  # ci keeps to short prompts and a few steps
+    "ci": dict(domains=("compare", "count", "facts", "instruction", "sequence"), n_train=256,
                n_test=15, prompts=4, group=4, max_new_tokens=40, seq_len=96, steps=4, lr=1e-4),
-    "cpu": dict(start="sft", domains=DOMAINS, n_train=2000, n_test=140, prompts=8, group=8, max_new_tokens=96,
+    "cpu": dict(domains=DOMAINS, n_train=2000, n_test=140, prompts=8, group=8, max_new_tokens=96,
                 seq_len=128, steps=100, lr=1e-4),
-    "tpu": dict(start="sft", domains=DOMAINS, n_train=4000, n_test=280, prompts=32, group=8, max_new_tokens=96,
+    "tpu": dict(domains=DOMAINS, n_train=4000, n_test=280, prompts=32, group=8, max_new_tokens=96,
                 seq_len=128, steps=200, lr=1e-4),
 }[profile.name]
 splits = make_splits(S["n_train"], 0, S["n_test"], domains=S["domains"], seed=1)
@@ -313,21 +313,14 @@ for mode in losses.AGGREGATIONS:
 #
 # The built-in rollout engine is the KV-cache sampler (phase 2) on the trainer's own model: one prefill per prompt,
 # G samples of each, prompts left-padded to one length so the sampler compiles **once** per run. `sample_groups`
-# samples, decodes, and calls every reward function. The `cpu` profile starts from the **SFT-tuned** tiny model (the
-# output of `tunix_lite/configs/sft_tiny.yaml`, trained here if it is not on disk); `ci` starts from the pretrained one.
+# samples, decodes, and calls every reward function. It starts from the **SFT-tuned** tiny model (the output of
+# `tunix_lite/configs/sft_tiny.yaml`, trained here the first time, then loaded from `runs/`; the `ci` profile
+# trains it for a few steps).
 
 # %%
-from tunix_lite import configs
-from tunix_lite.training.sft import SFTConfig, run_sft
+from tunix_lite.course.sft_start import sft_model
 
-sft_config = SFTConfig.from_yaml(configs.path("sft_tiny"), output_dir="runs/sft_tiny")  # in the package
-saved = pathlib.Path(sft_config.output_dir) / "model"  # what `tunix-lite train --config sft_tiny` writes here
-if S["start"] == "tiny":
-    start = "tiny"
-else:  # the SFT stage: its saved model, or trained here
-    if not saved.is_dir():
-        run_sft(sft_config)
-    start = str(saved)
+start = str(sft_model(profile))  # the SFT stage, as `tunix-lite train --config sft_tiny` saves it
 model, tokenizer = tunix_lite.load(start)
 prompts = Prompts.build(splits["train"], tokenizer, max_tokens=S["seq_len"] + 1 - S["max_new_tokens"], drop_long=True)
 engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length)
@@ -371,7 +364,7 @@ print(f"{len(result.history)} steps of {config.batch_size} prompts x {config.gro
 
 # %%
 fig = plot_history(result.history, ("reward/exact_match", "reward/format", "kl", "length"),
-                   title=f"GRPO from {start} ({profile.name} profile)")
+                   title=f"GRPO from the SFT model ({profile.name} profile)")
 display(fig)
 print(f"{'held out':<24}{'before':>8}{'after':>8}")
 for key in sorted(k for k in result.before if k.startswith("test_")):
@@ -379,8 +372,8 @@ for key in sorted(k for k in result.before if k.startswith("test_")):
 
 # %% [markdown]
 # KL starts at exactly 0 (the policy *is* the reference) and grows as the policy moves; β keeps it small. Reward
-# moves first, and noisily: each point is one rollout of a few prompts. A short `ci` run from the pretrained model
-# mostly moves the format reward; the held-out accuracy of the `cpu` recipe is in section 9.
+# moves first, and noisily: each point is one rollout of a few prompts. A short `ci` run mostly moves the format
+# reward; the held-out accuracy of the `cpu` recipe is in section 9.
 #
 # How to read a run:
 # - reward up, KL small, length stable: learning;

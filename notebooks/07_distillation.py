@@ -72,7 +72,6 @@ from tunix_lite.distill import losses
 from tunix_lite.distill.cache import build_cache
 from tunix_lite.distill.objective import DistillLoss
 from tunix_lite.distill.student import keep_layers
-from tunix_lite.evaluation import TaskEval
 from tunix_lite.training.losses import lm_loss
 from tunix_lite.training.trainer import Trainer, adamw_cosine, evaluate
 
@@ -102,17 +101,11 @@ splits = make_splits({"ci": 400, "cpu": 2000, "tpu": 2000}[profile.name], 64, 28
 print({name: len(split) for name, split in splits.items()})
 
 # %%
-TEACHER_DIR = pathlib.Path("runs/sft_tiny/model")  # `tunix-lite train --config sft_tiny`, run in this folder
-if profile.name != "ci" and TEACHER_DIR.is_dir():
-    teacher, tokenizer = tunix_lite.load(TEACHER_DIR)
-    print(f"teacher: {TEACHER_DIR}")
-else:  # phase 3's recipe, shortened: fine-tune the tiny model on the tasks
-    teacher, tokenizer = tunix_lite.load("tiny")
-    data = tokenize_sft(splits["train"], tokenizer, seq_len=SEQ_LEN)
-    steps = 15 if profile.name == "ci" else 150
-    Trainer(teacher, adamw_cosine(1e-3, steps, warmup_steps=3), lm_loss).fit(
-        SFTBatches(data, BATCH, seed=0, packing=True).stream(), steps, desc="teacher SFT")
-    print(f"teacher: tiny fine-tuned for {steps} steps here")
+from tunix_lite.course.sft_start import sft_model
+
+TEACHER_DIR = sft_model(profile)  # phase 3's SFT run, sft_tiny.yaml: trained here the first time, then loaded
+teacher, tokenizer = tunix_lite.load(TEACHER_DIR)
+print(f"teacher: {TEACHER_DIR}")
 teacher.eval()
 
 # %%
@@ -507,14 +500,12 @@ print({k: getattr(config, k) for k in ["model", "student_layers", "teacher", "al
                                         "batch_size", "learning_rate", "top_k"]})
 
 # %%
-if profile.name == "ci" or not pathlib.Path(config.teacher).is_dir():
-    print("not run in the ci profile (or without a teacher at config.teacher): run_distill trains a student for "
-          "minutes; the measured full run is the table above")
-else:
-    config.output_dir = None  # keep the result in memory
-    result = run_distill(config)
-    print(f"{result.seconds:.0f} s; validation loss {result.before['loss']:.3f} -> {result.after['loss']:.3f}, "
-          f"accuracy {result.after.get('accuracy', float('nan')):.3f}")
+config = profile.sized(config)  # the ci profile: a few steps on a few prompts
+config.model = config.teacher = str(TEACHER_DIR)  # the teacher above: the file's own under cpu and tpu
+config.output_dir = None  # keep the result in memory
+result = run_distill(config)
+print(f"{config.steps} steps in {result.seconds:.0f} s; validation loss {result.before['loss']:.3f} -> "
+      f"{result.after['loss']:.3f}, accuracy {result.after.get('accuracy', float('nan')):.3f}")
 
 # %% [markdown]
 # ## Recap

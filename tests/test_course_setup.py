@@ -76,6 +76,40 @@ def test_the_tpu_profile_trains_on_every_core():
     assert profile_for("cpu", "local", "cpu", 8).mesh_shape["data"] == 1
 
 
+def test_a_lesson_runs_the_file_s_config_and_ci_cuts_only_its_size():
+    """The cpu and tpu profiles run a config as written; ci runs the same code at a few steps on a few
+    prompts, with every cut value still valid (warmup below the steps)."""
+    from tunix_lite import configs
+    from tunix_lite.distill.distill import DistillConfig
+    from tunix_lite.training.sft import SFTConfig
+
+    sft = SFTConfig.from_yaml(configs.path("sft_tiny"))
+    for name in ("cpu", "tpu"):
+        assert profile_for(name, "local", "cpu", 1).sized(sft) is sft
+    ci = profile_for("ci", "local", "cpu", 1)
+    cut = ci.sized(sft)
+    assert (cut.steps, cut.n_accuracy, cut.n_validation, cut.eval_every) == (ci.run_steps, ci.run_prompts,
+                                                                             ci.run_prompts, 0)
+    assert cut.warmup_steps < cut.steps and cut.learning_rate == sft.learning_rate and sft.steps == 150
+    distill = ci.sized(DistillConfig.from_yaml(configs.path("distill_tiny")))
+    assert (distill.steps, distill.n_accuracy) == (ci.run_steps, ci.run_prompts)
+
+
+def test_the_sft_start_trains_once_and_a_cut_run_never_stands_in_for_the_file_s(tmp_path):
+    """Phases 5-7 start from sft_model(profile): trained in runs/ on first use, loaded after; a cut run
+    writes to a folder named by its steps, so the full run's folder only ever holds the full run."""
+    import dataclasses
+
+    from tunix_lite.course.sft_start import sft_model
+
+    short = dataclasses.replace(profile_for("ci", "local", "cpu", 1), run_steps=2, run_prompts=2)
+    model = sft_model(short, runs=tmp_path)
+    assert model == tmp_path / "sft_tiny_2_steps" / "model" and (model / "config.json").is_file()
+    written = (model / "config.json").stat().st_mtime_ns
+    assert sft_model(short, runs=tmp_path) == model and (model / "config.json").stat().st_mtime_ns == written
+    assert not (tmp_path / "sft_tiny").exists()
+
+
 def test_setup_warns_loudly_when_an_accelerator_is_unused():
     r = _python("from tunix_lite.course.setup import setup; setup(fake_devices=2)", CI="true",
                 TPU_ACCELERATOR_TYPE="v5litepod-8", JAX_PLATFORMS="cpu")

@@ -47,12 +47,13 @@ PROFILE = "cpu"
 
 
 # CI runs every lesson and every solution notebook from the wheel in an empty folder through nbval,
-# along the ci profile's branches (conftest.py); the exercise notebooks are the solutions with the
-# graded cells stubbed. Here, with TUNIX_LITE_WHEEL_NOTEBOOKS=all (e.g. before a release), every
-# lesson and exercise notebook runs under the cpu profile: well over CI's budget on 2 cores, lessons
-# 02-10 took 1,865 CPU s (02 53, 03 149, 04 539, 05 294, 06 128, 07 330, 08 105, 09 133, 10 135;
-# NB04 loads and trains Gemma 3 270M under the cpu profile, NB05 and NB07 train their own SFT model
-# and teacher cache), the exercise notebooks 115.
+# under the ci profile (conftest.py), whose code paths are the cpu and tpu profiles' at smaller sizes
+# (test_the_ci_profile_skips_no_call_the_others_make); the exercise notebooks are the solutions with
+# the graded cells stubbed. Here, with TUNIX_LITE_WHEEL_NOTEBOOKS=all (e.g. before a release), every
+# lesson and exercise notebook runs under the cpu profile, with the sizes of its tables: well over
+# CI's budget on 2 cores. Lessons 03-07 took 871 CPU s (03 113, 04 82, 05 237, 06 86, 07 353; NB05-07
+# train their SFT start on the cpu profile's data, NB07 caches the teacher on all of it); lessons
+# 02-10 once took 1,865 CPU s and the exercise notebooks 115.
 ALL = os.environ.get("TUNIX_LITE_WHEEL_NOTEBOOKS") == "all"
 
 
@@ -146,25 +147,49 @@ def test_the_notebook_runs_from_the_wheel_in_an_empty_folder(reports, path, prof
     assert report["ok"], f"{path.name} under the {profile} profile, from the wheel:\n{report['error']}"
 
 
+def _code_trees():
+    """(notebook name, cell index, the cell's parsed code) of every lesson and exercise code cell."""
+    for path in [*LESSONS, *EXERCISES]:
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code":
+                code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                                 for line in cell.source.splitlines())
+                yield path.name, index, ast.parse(code)
+
+
 def test_every_table_a_notebook_looks_up_by_profile_has_a_row_for_each_profile():
     """`{"ci": ..., "cpu": ..., "tpu": ...}[profile.name]` without a row for a profile stops that
     profile's run with a KeyError; a run under every profile would find it, this finds it at once."""
     from tunix_lite.course.setup import PROFILES
 
     missing = []
-    for path in [*LESSONS, *EXERCISES]:
-        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
-            if cell.cell_type != "code":
-                continue
-            code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                             for line in cell.source.splitlines())
-            for node in ast.walk(ast.parse(code)):
-                if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
-                        and ast.unparse(node.slice) == "profile.name"):
-                    keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-                    if keys != set(PROFILES):
-                        missing.append(f"{path.name} cell {index}: {sorted(keys)}")
+    for name, index, tree in _code_trees():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict)
+                    and ast.unparse(node.slice) == "profile.name"):
+                keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+                if keys != set(PROFILES):
+                    missing.append(f"{name} cell {index}: {sorted(keys)}")
     assert not missing, f"tables without a row for each of {sorted(PROFILES)}: {missing}"
+
+
+def test_the_ci_profile_skips_no_call_the_others_make():
+    """CI runs the notebooks under `ci`, so a call only the cpu and tpu profiles make (`if
+    profile.name == "ci": print("skipped") else: run_sft(config)`) is code CI never runs, and a
+    learner on Colab or Kaggle is the first to. The ci profile makes the same calls at its own sizes
+    (`profile.sized(config)`, tables looked up by profile); it may add some (a simulated second
+    session) and branch on the backend (bfloat16 on a TPU)."""
+    skipped = []
+    for name, index, tree in _code_trees():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If):
+                continue
+            test = ast.unparse(node.test)
+            others = (node.body if "profile.name != 'ci'" in test
+                      else node.orelse if "profile.name == 'ci'" in test else [])
+            if any(isinstance(n, ast.Call) for part in others for n in ast.walk(part)):
+                skipped.append(f"{name} cell {index}: if {test}")
+    assert not skipped, f"calls the ci profile skips: {skipped}"
 
 
 def test_a_shipped_pipeline_is_checked_by_name_from_the_wheel_in_an_empty_folder(wheel_site, tmp_path):

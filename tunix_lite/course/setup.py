@@ -47,6 +47,22 @@ class Profile:
     # The mesh training runs on (tunix_lite.sharding axes): data-parallel over every accelerator device,
     # one device on CPU (the fake CPU devices are for the sharding lessons; a step on 8 of them is 3-5x slower).
     mesh_shape: dict[str, int] = dataclasses.field(default_factory=lambda: {"data": 1, "fsdp": 1, "tensor": 1})
+    # A whole run a lesson starts (run_sft, run_distill): at most this many steps, scored on at most this
+    # many prompts. None: the config's own sizes. ci's caps run the cpu profile's code in seconds.
+    run_steps: int | None = None
+    run_prompts: int | None = None
+
+    def sized(self, config):
+        """`config` (a TrainConfig) as a lesson runs it under this profile: as written, or with its
+        steps and evaluation prompts cut to `run_steps` and `run_prompts` (evaluated at the end only)."""
+        if self.run_steps is None:
+            return config
+        steps = min(config.steps, self.run_steps)
+        changes = {"steps": steps, "warmup_steps": min(config.warmup_steps, steps - 1), "eval_every": 0,
+                   "n_validation": min(config.n_validation, self.run_prompts)}
+        if hasattr(config, "n_accuracy"):
+            changes["n_accuracy"] = min(config.n_accuracy, self.run_prompts)
+        return dataclasses.replace(config, **changes)
 
     def mesh(self):
         """The jax Mesh of `mesh_shape` over the first devices, for a trainer's `mesh=` argument."""
@@ -58,7 +74,8 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", steps=30, batch=8, seq=32, gen_tokens=10, demo_model="tiny"),
+    "ci": Profile("ci", steps=30, batch=8, seq=32, gen_tokens=10, demo_model="tiny", run_steps=10,
+                  run_prompts=16),
     "cpu": Profile("cpu", steps=300, batch=16, seq=128, gen_tokens=32, demo_model="gemma3-270m"),
     "tpu": Profile("tpu", steps=1000, batch=64, seq=512, gen_tokens=64, demo_model="gemma3-270m"),
 }
