@@ -143,8 +143,8 @@ for what, change in bad.items():
 # ## 2. Run it: every stage, its held-out evaluation, the export
 #
 # For each stage: train (with the shared run harness: logs, checkpoints, resume), evaluate the stage's model on
-# held-out test prompts, update `report/`. A LoRA stage hands on its adapters merged into its base, so the next
-# stage's reference policy is the model it starts from.
+# held-out test prompts, update `report/`. A LoRA stage hands on its adapters, which load on top of the model it
+# started from, so the next stage's reference policy is that model with them folded in.
 
 # %%
 start = time.perf_counter()

@@ -149,6 +149,10 @@ tunix("run", CONFIG, *SETTINGS, "--output-dir", str(OUTPUT), "--check")
 #   read-only under `/kaggle/input/<notebook>/`; the cell after this one copies it back to `/kaggle/working` and
 #   the same command continues.
 # - **Colab:** `OUTPUT` is on your Google Drive (mounted above), so a new runtime finds it where it was.
+#
+# Kaggle keeps at most 20 GB in `/kaggle/working`. A run's folder holds each LoRA stage's adapters and
+# checkpoints (megabytes) and one export: the model twice (Hugging Face and Orbax), in float32 unless the recipe
+# sets `export_dtype: bfloat16`, as the Gemma 2 2B one does (10.5 GB, not 21).
 
 # %%
 MINUTES = 0.001 if profile.name == "ci" else 500  # a 9-hour session, less a margin; ci: one step, then resume

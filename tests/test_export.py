@@ -5,6 +5,7 @@ import json
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from flax import nnx
@@ -97,3 +98,28 @@ def test_param_names_map_every_orbax_array_onto_its_hf_tensor(exported):
         array = np.asarray(array)
         assert list(array.shape) == row["shape"] and list(hf[row["hf"]].shape) == row["hf_shape"]
         np.testing.assert_array_equal(array.T if row["transposed"] else array, hf[row["hf"]])
+
+
+def test_a_bfloat16_export_is_half_the_disk_and_every_reader_gets_the_rounded_weights(exported, tmp_path):
+    """export_dtype: bfloat16 (a pipeline's, for a model whose float32 export would not fit a Kaggle session's
+    20 GB): both copies hold the float32 weights rounded to bfloat16, and tunix_lite, transformers and Orbax
+    read the same numbers back."""
+    model, tokenizer, full = exported
+    half = export_model(model, tokenizer, tmp_path / "export", dtype=ml_dtypes.bfloat16)
+    size = {d: (d / "hf" / "model.safetensors").stat().st_size for d in (full, half)}
+    assert size[half] < 0.51 * size[full]
+    assert json.loads((half / "hf" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    ours, _ = tunix_lite.load(full / "hf")
+    rounded, _ = tunix_lite.load(half / "hf")
+    pairs = list(zip(jax.tree.leaves(nnx.state(ours, nnx.Param)), jax.tree.leaves(nnx.state(rounded, nnx.Param))))
+    for a, b in pairs:
+        np.testing.assert_array_equal(np.asarray(a).astype(ml_dtypes.bfloat16).astype(np.float32), np.asarray(b))
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b)) for a, b in pairs)  # it did round
+    fresh = load_orbax(Transformer(get_config("tiny").replace(num_layers=2), rngs=nnx.Rngs(7)), half / "orbax")
+    for a, b in zip(jax.tree.leaves(nnx.state(fresh, nnx.Param)), jax.tree.leaves(nnx.state(rounded, nnx.Param))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(half / "hf", dtype=torch.float32).eval()
+    ids = tokenizer.encode("<reasoning>5 + 3 = 8.</reasoning><answer>8</answer>", add_bos=True)
+    with torch.no_grad():
+        theirs = hf_model(torch.tensor([ids])).logits.numpy()
+    assert np.abs(np.asarray(forward(rounded, jnp.asarray([ids]))) - theirs).max() <= 1e-4

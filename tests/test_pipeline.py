@@ -1,10 +1,11 @@
 """The stage runner (`tunix-lite run`): bad pipeline files get one line before any compute; a run stopped by its
 time budget or killed mid-stage continues from its last checkpoint to the same weights as an uninterrupted run;
-each stage starts from the previous stage's output (full model, or LoRA adapters merged).
+each stage starts from the previous stage's output (full model, or a LoRA stage's adapters on its start model).
 
 The stages train a one-layer cut of the tiny model (its first block, embedding and tokenizer), so a stage
 compiles in seconds."""
 
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,11 @@ import pytest
 import yaml
 
 from tunix_lite.cli import main
+from tunix_lite.loading import load
+from tunix_lite.lora import merge_lora, without_adapters
 from tunix_lite.course.setup import SMALL_PROGRAM_XLA_FLAGS
 from tunix_lite.pipeline import load_pipeline, run_pipeline
+from tunix_lite.weights.hf import model_to_tensors
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +43,18 @@ def small_model(tmp_path_factory) -> str:
     return str(directory)
 
 
+# full fine-tuning, then LoRA from its model
+STAGES = [{"name": "sft", "algorithm": "sft", "steps": 6, "checkpoint_every": 2},
+          {"name": "lora", "algorithm": "sft", "steps": 2, "lora_rank": 4, "checkpoint_every": 1}]
+
+
 def pipeline_file(tmp_path: Path, model: str, **changes) -> Path:
     values = {
         "output_dir": str(tmp_path / "run"), "model": model,
         "data": {"n_train": 48, "n_validation": 8, "n_test": 8},
         "defaults": {"seq_len": 192, "batch_size": 4, "warmup_steps": 1, "eval_every": 0, "n_accuracy": 0,
                      "log_every": 1, "packing": True, "learning_rate": 3e-3},
-        "stages": [{"name": "sft", "algorithm": "sft", "steps": 6, "checkpoint_every": 2},
-                   {"name": "lora", "algorithm": "sft", "steps": 2, "lora_rank": 4, "checkpoint_every": 1}],
+        "stages": STAGES,
         "evaluation": None,
     } | changes
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -74,6 +82,7 @@ def exported(run: Path) -> dict:
     ({"stages": []}, "stages: a pipeline needs at least one stage"),
     ({"max_minutes": 1e-6}, "max_minutes: 1e-06 (6e-05 s) is too short for one step of stage 'sft'"),
     ({"max_minutes": -1}, "max_minutes: must be > 0, got -1"),
+    ({"export_dtype": "float16"}, "export_dtype: 'float16' is not supported; choose one of 'float32', 'bfloat16'"),
     ({"evaluation": {"samples": 4, "scaling": [1, 8]}}, "evaluation.scaling: [8] must each be between 1 and"),
     ({"data": {"weights": {"facts": 1}}}, "data.weights: {'facts': 1.0} must give the domains in data.domains"),
     ({"data": {"train": "/no/such.jsonl"}}, "data.train: no file or directory at /no/such.jsonl"),
@@ -121,7 +130,7 @@ def test_the_agent_recipe_checks_as_a_pipeline(tmp_path):
     assert [type(s.config).__name__ for s in stages] == ["SFTConfig", "AgentConfig"] and stages[1].source == "sft"
 
 
-SFT_ONLY = [{"name": "sft", "algorithm": "sft", "steps": 6, "checkpoint_every": 2}]
+SFT_ONLY = STAGES[:1]
 
 
 def trained(run: Path, stage: str = "sft") -> dict:
@@ -135,15 +144,33 @@ def test_stages_chain_and_a_budget_pause_or_a_kill_resume_to_the_uninterrupted_w
                                                                                         capsys):
     """A two-stage pipeline uninterrupted (the LoRA stage starts from the SFT stage's model); then its first stage
     stopped by max_minutes and rerun, and killed (SIGKILL) mid-stage and rerun: the same weights, bit for bit."""
-    straight = pipeline_file(tmp_path / "a", small_model)
+    lora_from_lora = {"name": "more", "algorithm": "sft", "steps": 2, "lora_rank": 4, "checkpoint_every": 1}
+    straight = pipeline_file(tmp_path / "a", small_model, stages=[*STAGES, lora_from_lora])
     result = run_pipeline(load_pipeline(straight), verbose=False)
     assert result.finished
     run = tmp_path / "a" / "run"
     assert yaml.safe_load((run / "lora" / "config.yaml").read_text())["model"] == str(run / "sft" / "model")
-    merged = load_file_hf(run / "lora" / "merged" / "hf")
-    assert set(merged) == set(exported(run)) and all(np.array_equal(merged[k], v) for k, v in exported(run).items())
+    assert yaml.safe_load((run / "more" / "config.yaml").read_text())["model"] == str(run / "lora")
+    # a LoRA stage keeps its adapters only (no merged copy of the model) and loads as the model it started from
+    # with them on: `more`'s base (its reference policy) is `lora`'s model, and the export is `more`'s, merged
+    for stage in ("lora", "more"):
+        assert not any(p.suffix == ".safetensors" and p.name != "adapters.safetensors"
+                       for p in (run / stage).rglob("*") if "checkpoints" not in p.parts)
+        assert json.loads((run / stage / "stage.json").read_text())["model_dir"] == str(run / stage)
+    more, _ = load(run / "more")
+    ids = np.asarray([[2, 10, 20, 30, 40]])
+    np.testing.assert_allclose(without_adapters(more)(ids), merge_lora(load(run / "lora")[0])(ids), atol=1e-5)
+    merged = model_to_tensors(merge_lora(more))
+    assert set(merged) == set(exported(run))
+    for name, value in exported(run).items():
+        np.testing.assert_allclose(merged[name], value, atol=1e-6, err_msg=name)
     assert any(not np.array_equal(merged[k], v) for k, v in trained(run).items())  # the LoRA stage changed it
     reference = trained(run)
+    # a rerun with another export_dtype trains nothing and writes the export again, rounded
+    assert run_pipeline(load_pipeline(straight, settings=["export_dtype=bfloat16"]), verbose=False).finished
+    assert json.loads((run / "export" / "hf" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    for name, value in exported(run).items():
+        np.testing.assert_array_equal(value.astype(np.float32), merged[name].astype(value.dtype).astype(np.float32))
 
     # 1. a budget that ends after the first step: the session stops cleanly, the rerun continues
     paused = pipeline_file(tmp_path / "b", small_model, stages=SFT_ONLY)
@@ -176,12 +203,6 @@ def test_stages_chain_and_a_budget_pause_or_a_kill_resume_to_the_uninterrupted_w
     assert "resumed" in capsys.readouterr().out
     for name, value in trained(tmp_path / "c" / "run").items():
         np.testing.assert_array_equal(value, reference[name], err_msg=name)
-
-
-def load_file_hf(directory: Path) -> dict:
-    from safetensors.numpy import load_file
-
-    return load_file(directory / "model.safetensors")
 
 
 def test_a_changed_earlier_stage_refuses_the_stale_later_one(tmp_path):

@@ -11,7 +11,7 @@ question):
 
 A source is a reasoning_gym spec, a records file (`PATH?split=train` too) or a saved dataset, a
 training run's output_dir (its config.yaml's train_data, then its start model's, as far as that
-is a run too), a model folder inside a run (`RUN/model`, `RUN/merged/hf`), or a pipeline's
+is a run too), a model folder inside a run (`RUN/model`, `PIPELINE/export/hf`), or a pipeline's
 output_dir (every stage's data and its base model's). A named model ("tiny", "gemma3-270m") or a
 bare checkpoint lists no data here: the embedded tiny model was pretrained on the synthetic train
 side only (`tunix_lite.data.synthetic.pretraining_corpus`), which no synthetic test prompt is on;
@@ -57,7 +57,7 @@ def source_records(source: str | Path) -> Labelled:
 
 def run_directory(path: str | Path) -> Path | None:
     """The run or pipeline directory a model folder belongs to: the folder itself, its parent
-    (RUN/model) or grandparent (RUN/merged/hf, PIPELINE/export/hf), the nearest that holds a
+    (RUN/model) or grandparent (PIPELINE/export/hf), the nearest that holds a
     config.yaml or pipeline.yaml; None for a named model or a bare checkpoint."""
     path = Path(path).expanduser()
     if not path.is_dir():

@@ -18,12 +18,15 @@ The file (every key: the sections in tunix_lite/pipeline/spec.py):
       - {name: grpo, algorithm: grpo, steps: 40}    # starts from the previous stage's output
     evaluation: {n_prompts: 64, samples: 16}        # EvalSpec; null: no evaluation
     export: true                                    # export/: the last stage's model (HF + Orbax)
+    export_dtype: float32                           # or bfloat16: half the disk
 
 Each stage is one algorithm run in `output_dir/<name>` with the shared run harness, so it logs,
 checkpoints and resumes as `tunix-lite train` does. A stage starts from the model another stage
 wrote (`from:`, by default the stage before it; `from: base` is the base model): full fine-tuning's
-`model/`, or for LoRA the adapters merged into that stage's base (`merged/`), so the next stage's
-LoRA reference policy is the previous stage's model. A preference stage trains on the data
+`model/`, or for LoRA its folder: the adapters and the config naming the model they were trained on,
+which `tunix_lite.load` reads as that model with the adapters on (a chain of LoRA stages loads as
+one, each stage's adapters merged into the next one's base), so the next stage's LoRA reference
+policy is the previous stage's model. A preference stage trains on the data
 section's pairs, or with `on_policy_pairs` on pairs sampled from the model it starts from
 (`output_dir/pairs/<name>`; tunix_lite.preference.on_policy).
 

@@ -200,7 +200,10 @@ def _train_stage(pipeline: Pipeline, stage: Stage, budget: Budget, say) -> bool:
     write_json(pipeline.root / "pipeline.json", state)
     if not result.finished:
         return False
-    model_dir = _write_merged(directory, result) if config.lora_rank else directory / "model"
+    # A LoRA stage's folder is a LoRA run (adapters.safetensors, config.yaml naming the model it
+    # started from), which tunix_lite.load reads as that model with the adapters on: a merged copy
+    # would cost the whole model's size on disk per stage (10 GB in float32 for Gemma 2 2B)
+    model_dir = directory if config.lora_rank else directory / "model"
     write_json(directory / "stage.json", {"id": uuid.uuid4().hex, "from": source["id"],
                                           "steps": config.steps, "model_dir": str(model_dir),
                                           "after": result.after})
@@ -245,14 +248,6 @@ def _sample_pairs(pipeline: Pipeline, stage: Stage, source: dict, say) -> None:
         say(f"[{stage.name}] {split}: {len(pairs)} pairs ({counts[split]['all_right']} prompts "
             f"all right, {counts[split]['all_wrong']} all wrong)")
     write_json(folder / "counts.json", counts | {"key": key})
-
-
-def _write_merged(stage_dir: Path, result) -> Path:
-    """A LoRA stage's adapters merged into its base (merged/hf): the model the next stage starts
-    from."""
-    from tunix_lite.export import export_model
-
-    return export_model(result.model, result.tokenizer, stage_dir / "merged", orbax=False) / "hf"
 
 
 # ----------------------------------------------------------------------------- evaluation, export
@@ -363,15 +358,19 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, seen: np.ndarray, say
 
 
 def _export(pipeline: Pipeline, say) -> None:
+    import ml_dtypes
+
     from tunix_lite.export import export_model
     from tunix_lite.loading import load
 
     last = stage_marker(pipeline, pipeline.stages[-1])
     target = pipeline.root / "export"
-    if (read_json(target / "hf" / "exported_from.json") or {}).get("id") == last["id"]:
+    written = {"id": last["id"], "stage": pipeline.stages[-1].name,
+               "dtype": pipeline.spec.export_dtype}
+    if (read_json(target / "hf" / "exported_from.json") or {}) == written:
         return
     model, tokenizer = load(last["model_dir"])
-    export_model(model, tokenizer, target)
-    write_json(target / "hf" / "exported_from.json",
-               {"id": last["id"], "stage": pipeline.stages[-1].name})
+    dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[pipeline.spec.export_dtype]
+    export_model(model, tokenizer, target, dtype=dtype)
+    write_json(target / "hf" / "exported_from.json", written)
     say(f"export: {target}/hf (Hugging Face layout) and {target}/orbax")

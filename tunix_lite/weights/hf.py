@@ -404,12 +404,14 @@ def load_hf_model(directory: str | Path) -> Transformer:
 
 def save_hf_model(model: Transformer, directory: str | Path, dtype=np.float32) -> Path:
     """Write config.json + model.safetensors that both tunix_lite and transformers load.
-    dtype=np.float16 halves the file (loading always computes in the config's dtype)."""
+    dtype=ml_dtypes.bfloat16 (or np.float16) halves the file, and config.json's torch_dtype says
+    which (tunix_lite computes in its config's dtype whatever the file holds)."""
     from safetensors.numpy import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config_to_hf(model.config), indent=2) + "\n")
+    hf = config_to_hf(model.config) | {"torch_dtype": np.dtype(dtype).name}
+    (directory / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     save_file(model_to_tensors(model, dtype), directory / "model.safetensors",
               metadata={"format": "pt"})
     return directory
