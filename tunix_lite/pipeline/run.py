@@ -358,7 +358,7 @@ def _evaluate(pipeline: Pipeline, name: str, marker: dict, seen: np.ndarray, say
 
 
 def _export(pipeline: Pipeline, say) -> None:
-    import ml_dtypes
+    import jax.numpy as jnp
 
     from tunix_lite.export import export_model
     from tunix_lite.loading import load
@@ -370,7 +370,6 @@ def _export(pipeline: Pipeline, say) -> None:
     if (read_json(target / "hf" / "exported_from.json") or {}) == written:
         return
     model, tokenizer = load(last["model_dir"])
-    dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[pipeline.spec.export_dtype]
-    export_model(model, tokenizer, target, dtype=dtype)
+    export_model(model, tokenizer, target, dtype=jnp.dtype(pipeline.spec.export_dtype))
     write_json(target / "hf" / "exported_from.json", written)
     say(f"export: {target}/hf (Hugging Face layout) and {target}/orbax")
