@@ -14,7 +14,7 @@ import yaml
 
 from tunix_lite.cli import main
 from tunix_lite.data import synthetic
-from tunix_lite.data.questions import normalise, question_key
+from tunix_lite.data.questions import normalise, question_key, unordered_key
 from tunix_lite.data.reasoning_gym import make_records
 from tunix_lite.data.records import load_records
 from tunix_lite.sampler import Sampler
@@ -113,6 +113,25 @@ def test_the_sides_of_a_spec_share_no_question_under_any_seed():
     for seed in (3, 4, 5):
         test = asks(f"{PRODUCTS}&split=test&size=40&seed={seed}")
         assert test and not test & train
+
+
+def test_an_unordered_split_keeps_each_fact_and_its_mirror_on_one_side():
+    """Split by question, 3 * 7 may train while 7 * 3 is tested; with unordered=true the test side
+    holds whole pairs, and neither member of one ever trains."""
+    def asks(spec):
+        return {question_key(json.loads(r["entry"])) for r in make_records(spec)}
+
+    def mirror(key):
+        return " * ".join(reversed(key.split(" * ")))
+
+    by_question = asks(f"{PRODUCTS}&split=test&size=200")
+    assert any(mirror(key) not in by_question for key in by_question)
+    train = asks(f"{PRODUCTS}&split=train&unordered=true&size=2000&seed=1")
+    test = asks(f"{PRODUCTS}&split=test&unordered=true&size=400&seed=2")
+    assert len(train) + len(test) == 100 and not train & test
+    assert all(mirror(key) in test for key in test)
+    assert [unordered_key(k) for k in ("7 * 3", "3 + 9 + 1", "5 - 2", "4 * 2 + 1", "x")] == [
+        "3 * 7", "1 + 3 + 9", "5 - 2", "4 * 2 + 1", "x"]
 
 
 def test_the_synthetic_generator_words_each_question_once():

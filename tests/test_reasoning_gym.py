@@ -54,7 +54,8 @@ def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
     (f"{LEGS}?size=0", "size=0: need at least 1 example"),
     (f"{LEGS}?size=many", "'size=many': size must be an integer, got 'many'"),
     (f"{LEGS}?max_terms=2", "'max_terms=2': 'max_terms' is neither size, seed, style, split, "
-                            "test_fraction nor TASK.KEY for a task of the spec (leg_counting)"),
+                            "test_fraction, unordered nor TASK.KEY for a task of the spec "
+                            "(leg_counting)"),
     (f"{LEGS}?split=validation", "'split=validation': split must be train or test (the two sides "
                                  "of the content split); write e.g. split=test"),
     (f"{LEGS}?split=test&test_fraction=1", "'test_fraction=1': test_fraction is the share of the "
@@ -63,6 +64,10 @@ def test_a_spec_names_tasks_size_seed_and_each_tasks_config():
     (f"{LEGS}?split=test&test_fraction=true", "'test_fraction=true': test_fraction is the share"),
     (f"{LEGS}?test_fraction=0.3", "test_fraction=0.3 sizes the sides of the content split, but "
                                   "the spec asks for no side; add split=train or split=test"),
+    (f"{LEGS}?split=test&unordered=yes please", "'unordered=yes please': unordered is true or "
+                                                "false"),
+    (f"{LEGS}?unordered=true", "unordered=true says how the content split keys a question, but "
+                               "the spec asks for no side; add split=train or split=test"),
     (f"{LEGS}?style=cot", "'style=cot': style must be one of answer, reasoning"),
     (f"{LEGS}?leg_counting.weight=0", "'leg_counting.weight=0': a task's weight is its share of "
                                       "the size, a number above 0; write e.g. leg_counting.weight=2"),
@@ -304,3 +309,27 @@ def test_test_prompts_a_stage_trained_on_are_counted_and_the_rest_scored_apart(t
     assert header.startswith(f"| stage | unseen, n={30 - seen} [95% CI] |")
     column = header.split(" | ").index(f"unseen, n={30 - seen} [95% CI]")
     assert re.fullmatch(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", sft.split(" | ")[column])
+
+
+def test_rl_on_a_task_it_trains_whole_needs_no_validation_unless_it_reads_one(tmp_path, capsys,
+                                                                              micro_model):
+    """The train side of one-digit products is 81 facts, every one a training prompt under any
+    seed: a GRPO run that answers no validation prompts (n_accuracy: 0) trains on it; one that
+    would answer some is refused in one line naming the fix, before a step."""
+    config = {"algorithm": "grpo", "model": str(micro_model), "rewards": ["reasoning_gym"],
+              "train_data": "reasoning_gym:products?size=2000&seed=1&split=train&unordered=true"
+                            "&products.max_digits=1",
+              "steps": 1, "batch_size": 2, "group_size": 2, "max_new_tokens": 4, "seq_len": 128,
+              "warmup_steps": 0, "eval_every": 0, "output_dir": str(tmp_path / "run")}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    capsys.readouterr()
+    assert main(["train", "--config", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "tunix-lite train: error: validation_data: every generated prompt is also a training "
+        "prompt; choose tasks or configs with more distinct questions, or set validation_data (an "
+        "RL run with n_accuracy: 0 reads none)")
+    assert not (tmp_path / "run").exists()
+    path.write_text(yaml.safe_dump(config | {"n_accuracy": 0}))
+    assert main(["train", "--config", str(path)]) == 0
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\"reward\"") == 1

@@ -58,7 +58,7 @@ def test_every_script_a_command_names_exists():
     assert not missing, f"scripts named but not found: {missing}"
 
 
-@pytest.mark.parametrize("folder", ["rl_models", "rl_models_unseen"])
+@pytest.mark.parametrize("folder", ["rl_models", "rl_models_unseen", "rl_models_80_20"])
 def test_committed_adapters_are_small_described_and_chained(folder):
     """course/results/FOLDER/: each folder is what `tunix-lite eval --model` reads (adapters + the
     config naming its base), at most 10 MB, with the command that made it and every training

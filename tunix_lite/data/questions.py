@@ -8,6 +8,7 @@ question's key:
     question_key(entry)      # a reasoning-gym entry: the expression it asks about, else its text
     record_keys(record)      # what a record asks: its normalised prompt (and its entry's key)
     on_test_side(key, 0.2)   # the content split: a stable hash of the key, one side for ever
+    unordered_key(key)       # "7 * 3" -> "3 * 7": a split that keeps a fact and its mirror together
 
 The hash (`key_hash`, the first 8 bytes of SHA-256) depends on the key alone, never on a seed or
 a size, so no seed of the test side asks a question that any seed of the train side asks. The
@@ -49,6 +50,17 @@ def question_key(entry: Mapping) -> str:
     question), else its question's text; normalised."""
     text = entry["metadata"].get("expression") or entry["question"]
     return normalise(text)
+
+
+def unordered_key(key: str) -> str:
+    """A question's key with its terms sorted where one operator that ignores order (+ or *) joins
+    them all ("7 * 3" and "3 * 7" -> "3 * 7"), else the key itself. A split by this key puts a fact
+    and its mirror on one side: a model that learned 3 * 7 has not thereby seen 7 * 3 answered."""
+    terms = key.split(" ")
+    numbers, operators = terms[0::2], set(terms[1::2])
+    if len(terms) < 3 or len(terms) % 2 == 0 or len(operators) != 1 or not operators <= {"+", "*"}:
+        return key
+    return f" {operators.pop()} ".join(sorted(numbers))
 
 
 def prompt_of(record: Mapping) -> str | None:

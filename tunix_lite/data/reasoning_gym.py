@@ -31,6 +31,10 @@ a question that any seed of the train side asks:
 
     reasoning_gym:products?products.max_digits=1&split=train&size=4000   # 76 of the 100 facts
     reasoning_gym:products?products.max_digits=1&split=test&seed=5       # the other 24
+    reasoning_gym:products?products.max_digits=1&split=test&unordered=true   # 3 * 7 and 7 * 3 too
+
+`unordered=true` splits by `unordered_key`: a sum or product and its mirror lie on one side, so a
+test fact's mirror is never a training fact.
 
 Upstream scorers are not all sound (`game_of_life_halting` gives any non-empty answer full marks),
 so `probe_scorers` checks a task before RL trains on it: a config naming the reasoning_gym reward
@@ -50,7 +54,7 @@ from collections.abc import Iterable, Mapping
 import yaml
 
 from tunix_lite.data.questions import (SPLITS, TEST_FRACTION, on_test_side,  # noqa: F401
-                                       question_key)
+                                       question_key, unordered_key)
 from tunix_lite.rewards.reasoning_gym import INSTALL, reward_reasoning_gym  # noqa: F401 - old home
 from tunix_lite.rewards.tags import ANSWER_CLOSE, ANSWER_OPEN, answer_of, write_completion
 
@@ -74,6 +78,7 @@ class TaskSpec:
     weights: dict[str, float] = dataclasses.field(default_factory=dict)  # task -> share; unset: 1
     split: str | None = None  # "train" or "test": only that side's questions (None: all)
     test_fraction: float = TEST_FRACTION  # the share of the questions on the test side
+    unordered: bool = False  # split by `unordered_key`: 3 * 7 and 7 * 3 on one side
 
 
 def is_spec(source) -> bool:
@@ -117,7 +122,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                              "print(r.task_names())\"")
         tasks[name] = {}
     values = {"size": SIZE, "seed": SEED}
-    style, weights, split, test_fraction = "answer", {}, None, None
+    style, weights, split, test_fraction, unordered = "answer", {}, None, None, None
     for part in filter(None, query.split("&")):
         key, eq, text = part.partition("=")
         if not eq:
@@ -140,6 +145,12 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
                                  "on the test side, a number between 0 and 1 (both excluded); "
                                  "write e.g. test_fraction=0.2")
             test_fraction = float(value)
+        elif key == "unordered":
+            if not isinstance(value, bool):
+                raise ValueError(f"{spec}: {part!r}: unordered is true or false (true: a sum or "
+                                 "product and its mirror lie on one side of the split); write "
+                                 "unordered=true")
+            unordered = value
         elif not dot and key in values:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{spec}: {part!r}: {key} must be an integer, got {text!r}")
@@ -158,13 +169,17 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
             tasks[task][field] = value
         else:
             raise ValueError(f"{spec}: {part!r}: {key!r} is neither size, seed, style, split, "
-                             f"test_fraction nor TASK.KEY for a task of the spec "
+                             f"test_fraction, unordered nor TASK.KEY for a task of the spec "
                              f"({', '.join(tasks)})")
     if values["size"] < 1:
         raise ValueError(f"{spec}: size={values['size']}: need at least 1 example")
     if test_fraction is not None and split is None:  # it would change nothing: say so
         raise ValueError(f"{spec}: test_fraction={test_fraction:g} sizes the sides of the content "
                          "split, but the spec asks for no side; add split=train or split=test")
+    if unordered is not None and split is None:
+        raise ValueError(f"{spec}: unordered={str(unordered).lower()} says how the content split "
+                         "keys a question, but the spec asks for no side; add split=train or "
+                         "split=test")
     # the task's own checks: ranges, min <= max when it is built, others (simple_equations'
     # operators against operators_weights) only when an item is made
     for task, config in tasks.items():
@@ -174,7 +189,7 @@ def parse_spec(spec: str | TaskSpec) -> TaskSpec:
             raise ValueError(f"{spec}: {task} rejects its config {config} ({type(e).__name__}: "
                              f"{e}); see reasoning_gym's {registry[task][1].__name__}") from None
     return TaskSpec(tasks, values["size"], values["seed"], style, weights, split,
-                    TEST_FRACTION if test_fraction is None else test_fraction)
+                    TEST_FRACTION if test_fraction is None else test_fraction, bool(unordered))
 
 
 def _value(spec: str, part: str, text: str):
@@ -243,12 +258,13 @@ def _side_entries(task: str, config: dict, n: int, seed: int, spec: TaskSpec) ->
     questions repeats them, as without a split). The stream is drawn anew, twice as long, until it
     holds `n`; a side that stays short is refused in one line."""
     test = spec.split == "test"
+    key = unordered_key if spec.unordered else str
     share = spec.test_fraction if test else 1 - spec.test_fraction
     drawn, limit = int(n / share) + 16, int(16 * n / share) + 1024
     while True:
         dataset = _dataset(task, config, drawn, seed)
         entries = [entry for entry in (dataset[index] for index in range(drawn))
-                   if on_test_side(question_key(entry), spec.test_fraction) == test]
+                   if on_test_side(key(question_key(entry)), spec.test_fraction) == test]
         if len(entries) >= n:
             return entries[:n]
         if drawn >= limit:

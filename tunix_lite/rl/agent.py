@@ -335,7 +335,8 @@ def run_agent(config: AgentConfig, *, verbose: bool = True):
     Returns the harness's RunResult; before/after hold held-out accuracy with and without the
     tool."""
     c = config
-    setup = rl_setup(c, synthetic=calculator_source, verbose=verbose)
+    setup = rl_setup(c, synthetic=calculator_source, verbose=verbose,
+                     reads_validation=bool(c.n_accuracy or c.n_eval))
     model, tokenizer, tool = setup.model, setup.tokenizer, Calculator()
     sampler = TrajectorySampler(c, model, setup.engine, setup.prompts, setup.rewards, tool)
     stream = RolloutStream(c, sampler, agent_rows(c, model, padding_id(tokenizer)))

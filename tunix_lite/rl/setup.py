@@ -83,15 +83,19 @@ class RLSetup:
 
 
 def rl_setup(config, *, synthetic: SyntheticSource = synthetic_tasks,
-             rewards: Rewards | None = None, verbose: bool = True) -> RLSetup:
+             rewards: Rewards | None = None, verbose: bool = True,
+             reads_validation: bool | None = None) -> RLSetup:
     """The run (its `mesh:` on the training devices), config.model, the data (`synthetic`: what
     train_data "synthetic" means, the course's tasks by default), the prompts, `rewards` or the
     config's, the frozen reference (beta > 0) and the rollout engine (on `rollout_mesh:` devices
-    when set)."""
+    when set). reads_validation: whether the run answers validation prompts (None: n_accuracy >
+    0); one that does not needs no unseen ones."""
     run = Run(config, verbose=verbose)
     run.devices, rollout_mesh = split_devices(config)
     model, tokenizer = build_model(config)
-    train, validation = load_data(config, synthetic)
+    if reads_validation is None:
+        reads_validation = config.n_accuracy > 0
+    train, validation = load_data(config, synthetic, reads_validation=reads_validation)
     prompts = Prompts.from_config(config, train, tokenizer)
     frozen = reference_policy(model) if config.beta else None
     engine = SamplerEngine(model, tokenizer, prompt_len=prompts.length, mesh=rollout_mesh,

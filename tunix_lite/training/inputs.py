@@ -69,13 +69,18 @@ def reference_policy(model: nnx.Module) -> nnx.Module:
 # ----------------------------------------------------------------------------- data
 
 
-def load_data(config, synthetic: SyntheticSource):
+def load_data(config, synthetic: SyntheticSource, *, reads_validation: bool = True):
     """(train records, validation records), for any config with DataOptions. train_data
     "synthetic" draws n_train and n_validation records from `synthetic`; a file, a datasets
     directory or a reasoning_gym spec is read the same way for every algorithm (a spec without
-    validation_data: n_validation more of its items, none seen in training)."""
+    validation_data: n_validation more of its items, none seen in training).
+
+    reads_validation=False: the run never reads the validation records (RL with n_accuracy: 0),
+    so a spec whose every question is a training question (one-digit products' train side) is
+    not refused for having none left to validate on."""
     if config.train_data != "synthetic":
-        return _file_data(config)
+        return load_prompt_records(config.train_data, config.validation_data, config.n_validation,
+                                   reads_validation=reads_validation)
     return tuple(synthetic(n, split=split, seed=config.seed, domains=config.domains)
                  for split, n in (("train", config.n_train), ("validation", config.n_validation)))
 
@@ -108,16 +113,11 @@ def _synthetic_domains(domains: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(domains or DOMAINS)
 
 
-def _file_data(config):
-    """(train, validation) from train_data / validation_data: files, datasets directories or
-    reasoning_gym specs."""
-    return load_prompt_records(config.train_data, config.validation_data, config.n_validation)
-
-
-def load_prompt_records(train_data, validation_data, n_validation: int):
+def load_prompt_records(train_data, validation_data, n_validation: int, *,
+                        reads_validation: bool = True):
     """(train, validation) `datasets.Dataset`s from a file, a datasets directory or a reasoning_gym
     spec each; a None validation_data with a train spec: n_validation more of its items, none seen
-    in training."""
+    in training (refused when none is left, unless `reads_validation` is False)."""
     source = validation_data
     if source is None:
         if not reasoning_gym.is_spec(train_data):
@@ -132,9 +132,10 @@ def load_prompt_records(train_data, validation_data, n_validation: int):
         seen = set(train["prompt"])
         validation = validation.select([i for i, prompt in enumerate(validation["prompt"])
                                         if prompt not in seen])
-        if not len(validation):
+        if not len(validation) and reads_validation:
             raise ConfigError("validation_data: every generated prompt is also a training "
-                              "prompt; choose tasks or configs with more distinct questions")
+                              "prompt; choose tasks or configs with more distinct questions, or "
+                              "set validation_data (an RL run with n_accuracy: 0 reads none)")
     return train, validation
 
 

@@ -39,15 +39,16 @@ WINDOW = 10  # steps per point of the drawn curves
 ORDER = ("start", "grpo", "drgrpo", "rloo")  # the rows of the re-score's table
 
 
-def keep(name: str, run: Path, stages: list[str] | None) -> None:
+def keep(name: str, run: Path, stages: list[str] | None, data: Path = DATA) -> None:
     """A pipeline run's table (its `stages`, default all), which test prompts are seen and how
-    many each stage's own data asks, and the stages' curves, under `name`."""
+    many each stage's own data asks, and the stages' curves, under `name` in `data`."""
     table = json.loads((run / "report" / "table.json").read_text())
     decontamination = json.loads((run / "report" / "decontamination.json").read_text())
     stages = stages or [s for s in table if s != "base"]
     kept = {"test": decontamination["test"], "seen": decontamination["seen"],
             "base": table["base"], "stages": {}}
-    CURVES.mkdir(parents=True, exist_ok=True)
+    curves = data / CURVES.name
+    curves.mkdir(parents=True, exist_ok=True)
     for stage in stages:
         steps = json.loads((run / stage / "stage.json").read_text())["steps"]
         own = decontamination["stages"][stage]["n_seen"]
@@ -56,10 +57,10 @@ def keep(name: str, run: Path, stages: list[str] | None) -> None:
         rows = [json.loads(line) for line in metrics]
         curve = [{"step": r["step"]} | {k: r[k] for k in CURVE_KEYS if k in r}
                  for r in rows if "reward" in r]
-        path = CURVES / f"{stage}_{steps}.jsonl"
+        path = curves / f"{stage}_{steps}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in curve))
         print(path, len(curve), "steps")
-    (DATA / f"pipeline_{name}.json").write_text(json.dumps(kept))
+    (data / f"pipeline_{name}.json").write_text(json.dumps(kept))
 
 
 def _row(label: str, steps: str, row: dict, change: str) -> str:
