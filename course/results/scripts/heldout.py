@@ -20,6 +20,15 @@ N_TEST = 420  # drawn per split; about 60 per domain before repeated prompts are
 MAX_NEW_TOKENS = 128  # the sort domain's worked answers need about 90 tokens
 
 
+def write_page(name: str, parts: list[str]) -> None:
+    """SHOWN/NAME: the generated lines `parts`, then the page's "## Notes" as they stand there (the
+    notes are written by hand and kept); the generated part is also printed."""
+    path = SHOWN / name
+    notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
+    path.write_text("\n".join(parts) + (f"\n## Notes{notes}" if notes else ""))
+    print("\n".join(parts))
+
+
 def test_records(limit_per_domain: int | None = None) -> list[dict]:
     """The held-out test split (seed 0, never trained on), each prompt once; at most
     `limit_per_domain` per domain."""

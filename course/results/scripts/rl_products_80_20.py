@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heldout import RESULTS, SHOWN
+from heldout import RESULTS, SHOWN, write_page
 from rl_unseen import keep, pipeline_table
 
 from tunix_lite.data.questions import question_key
@@ -140,10 +140,7 @@ def main(argv=None) -> int:
               "unordered=true&test_fraction=0.5&products.max_digits=1'`). The tables, fact by "
               f"fact: `{NAME}.png`.", ""]
     plot(runs, facts, SHOWN / f"{NAME}.png")
-    path = SHOWN / f"{NAME}.md"
-    notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
-    path.write_text("\n".join(parts) + (f"\n## Notes{notes}" if notes else ""))
-    print("\n".join(parts))
+    write_page(f"{NAME}.md", parts)
     return 0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heldout import RESULTS, SHOWN
+from heldout import RESULTS, SHOWN, write_page
 
 from tunix_lite.evaluation import paired_difference
 
@@ -296,11 +296,7 @@ def main(argv=None) -> int:
         parts += ["", test_table(reports), ""]
         parts += [f"- {name}: `{r['command']}`" for name, r in reports.items()] + [""]
     parts += curves_section(tests)
-    path = SHOWN / "06_rl_reasoning_gym.md"
-    # the notes are written by hand: kept
-    notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
-    path.write_text("\n".join(parts) + (f"\n## Notes{notes}" if notes else ""))
-    print("\n".join(parts))
+    write_page("06_rl_reasoning_gym.md", parts)
     return 0
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from heldout import RESULTS, SHOWN
+from heldout import RESULTS, SHOWN, write_page
 from rl_real_tasks import candidates_table, test_table, with_guessing
 
 from tunix_lite.evaluation import paired_difference
@@ -158,10 +158,7 @@ def main(argv=None) -> int:
                   f"The start model on {report['n']} test-side prompts, greedy and "
                   f"{report['samples']} samples; beside them, what guessing scores.", "",
                   candidates_table(report), "", f"Command: `{report['command']}`", ""]
-    path = SHOWN / "06_rl_unseen.md"
-    notes = path.read_text().partition("\n## Notes")[2] if path.exists() else ""
-    path.write_text("\n".join(parts) + (f"\n## Notes{notes}" if notes else ""))
-    print("\n".join(parts))
+    write_page("06_rl_unseen.md", parts)
     return 0
 
 
