@@ -136,4 +136,4 @@ def test_a_pipelines_settings_are_saved_in_its_pipeline_yaml(tmp_path, monkeypat
     saved = yaml.safe_load((tmp_path / "run" / "pipeline.yaml").read_text())
     assert saved["stages"][2]["steps"] == 50 and saved["output_dir"] == str(tmp_path / "run")
     with open(configs.path(CAPSTONE)) as file:
-        assert yaml.safe_load(file)["stages"][2]["steps"] == 60  # the file itself is untouched
+        assert yaml.safe_load(file)["stages"][2]["steps"] == 120  # the file itself is untouched

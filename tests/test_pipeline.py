@@ -121,6 +121,20 @@ def test_a_stages_rewards_are_checked_by_the_stage_itself(tmp_path, capsys):
     assert "holds no reward model" in err and "\n" not in err, err
 
 
+def test_a_stage_that_draws_its_own_synthetic_prompts_keeps_to_the_pipelines_domains(tmp_path):
+    """`train_data: synthetic` in a stage draws fresh prompts (its own seed) from data.domains, not from
+    every synthetic domain; a stage that names its own domains keeps them."""
+    grpo = {"algorithm": "grpo", "steps": 2, "warmup_steps": 1, "group_size": 2, "max_new_tokens": 8,
+            "rewards": ["exact_match"], "train_data": "synthetic", "seed": 1}
+    path = pipeline_file(tmp_path, "tiny", data={"domains": ["arithmetic", "sort"], "n_test": 8},
+                         defaults={"seq_len": 128, "batch_size": 2},
+                         stages=[grpo | {"name": "fresh"},
+                                 grpo | {"name": "sorting", "domains": ["sort"]}])
+    fresh, sorting = load_pipeline(path).stages
+    assert fresh.config.domains == ["arithmetic", "sort"] and fresh.config.seed == 1
+    assert sorting.config.domains == ["sort"]
+
+
 def test_the_agent_recipe_checks_as_a_pipeline(tmp_path):
     """Notebook 09's agent recipe (SFT on tool-use demonstrations, then `algorithm: agent`) passes the checks."""
     path = pipeline_file(tmp_path, "tiny", data={"tasks": "calculator", "n_train": 16}, defaults={"seq_len": 128, "warmup_steps": 0},

@@ -28,7 +28,9 @@ which `tunix_lite.load` reads as that model with the adapters on (a chain of LoR
 one, each stage's adapters merged into the next one's base), so the next stage's LoRA reference
 policy is the previous stage's model. A preference stage trains on the data
 section's pairs, or with `on_policy_pairs` on pairs sampled from the model it starts from
-(`output_dir/pairs/<name>`; tunix_lite.preference.on_policy).
+(`output_dir/pairs/<name>`; tunix_lite.preference.on_policy). Every stage reads the data section's
+files unless it sets `train_data`; `train_data: synthetic` with a `seed` of its own draws fresh
+prompts of the training side, from data.domains unless the stage names `domains`.
 
 spec.py: before any compute the file's sections and every stage's config are built and checked, each
 stage as its algorithm's own config (the same checked dataclass `tunix-lite train` builds, rewards

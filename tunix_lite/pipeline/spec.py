@@ -304,6 +304,9 @@ def stage_values(spec: PipelineSpec, stage: Stage, model: str, *, check: bool = 
             train = validation = None
         values |= {"train_data": str(train or "synthetic"),
                    "validation_data": validation and str(validation)}
+    elif values["train_data"] == "synthetic" and values.get("domains") is None:
+        # a stage's own draw of synthetic prompts keeps to the pipeline's domains, not every one
+        values["domains"] = list(spec.data.domains)
     return values
 
 
