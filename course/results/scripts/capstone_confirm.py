@@ -18,10 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
+from tunix_lite.data.records import load_records
 from tunix_lite.data.synthetic import make_splits
 from tunix_lite.evaluation import paired_difference
+from tunix_lite.pipeline import load_pipeline
+from tunix_lite.pipeline.state import write_jsonl
 
 STAGES = ("sft", "dpo", "grpo")
 
@@ -29,18 +30,17 @@ STAGES = ("sft", "dpo", "grpo")
 def write_prompts(run: Path, seed: int, n: int) -> Path:
     """RUN/confirm/prompts.jsonl: up to `n` test-split prompts of `seed` that neither the run's test
     set nor its data section's training file asks."""
-    data = yaml.safe_load((run / "pipeline.yaml").read_text())["data"]
-    asked = {json.loads(line)["prompt"] for name in ("test", "train")
-             for line in (run / "data" / f"{name}.jsonl").read_text().splitlines()}
-    rows = make_splits(0, 0, n, domains=data["domains"], seed=seed, style=data["style"])["test"]
+    data = load_pipeline(run / "pipeline.yaml").data
+    asked = {prompt for name in ("test", "train")
+             for prompt in load_records(run / "data" / f"{name}.jsonl")["prompt"]}
+    rows = make_splits(0, 0, n, domains=data.domains, seed=seed, style=data.style)["test"]
     kept, seen = [], set()
     for row in rows:
         if row["prompt"] not in asked and row["prompt"] not in seen:
             seen.add(row["prompt"])
             kept.append(row)
     path = run / "confirm" / "prompts.jsonl"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    write_jsonl(path, kept)
     return path
 
 
